@@ -1,0 +1,391 @@
+"""Themis-D: PSN queue, NACK validation and NACK compensation at the destination ToR (paper 001, sections 3.3-3.4).
+
+Data packets towards a QP's NIC push their truncated PSN into the QP's ring PSN queue. A NACK from the NIC (BTH PSN
+= the NIC's ePSN) makes the block scan that queue for tPSN, the first PSN after ePSN that left the ToR, and decide:
+
+====================  =========  ==================================================================================
+verdict               NACK       when
+====================  =========  ==================================================================================
+``NACK_VALID``        forwarded  tPSN, or a later packet that left the ToR before ePSN did, is on ePSN's path
+``NACK_BLOCKED``      dropped    neither, and ePSN has not left the ToR: compensation armed (BePSN = ePSN, Valid)
+``NACK_LATE``         dropped    ePSN left the ToR after tPSN: it was late, not lost; nothing armed
+``NACK_NO_TPSN``      forwarded  the queue holds no PSN after ePSN (empty or overwritten): no evidence to block
+====================  =========  ==================================================================================
+
+While Valid, a data packet with PSN == BePSN disarms compensation (``DATA_CANCEL``); one after BePSN on BePSN's path
+(``PSN mod N == BePSN mod N``) raises ``comp`` with ``comp_psn = BePSN`` (``DATA_COMP``): the deparser sends that
+NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis_d` states the full rules.
+
+Pipeline: input register, residue stage, read-modify-write stage (flow table read there, written back the same cycle,
+with a transparent read port so the next item sees the write), output register. Data items flow at one per clock. A
+NACK for an active QP holds the read-modify-write stage for ``scanned + 3`` cycles (one queue entry read per cycle);
+items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .control import ControlSignature
+from .meta import PacketKind, PSN_BITS, TAG_BITS
+from .modn import ModN, residue_bits
+
+__all__ = ["ThemisD", "ThemisDItem", "ThemisDResult", "ThemisDVerdict", "FlowEntry",
+           "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN"]
+
+TABLE_QP_SETUP = 0
+TABLE_QP_TEARDOWN = 1
+
+
+class ThemisDVerdict(enum.Enum, shape=3):
+    """What Themis-D did with an item (see the module docstring)."""
+    PASS         = 0
+    DATA         = 1
+    DATA_COMP    = 2
+    DATA_CANCEL  = 3
+    NACK_VALID   = 4
+    NACK_BLOCKED = 5
+    NACK_LATE    = 6
+    NACK_NO_TPSN = 7
+
+
+def _bits(n):
+    return max(1, (n - 1).bit_length())
+
+
+def ThemisDItem(*, n_qps):
+    """Input metadata: ``qp`` is the flow-table index found by the upstream QP classifier, ``qp_hit`` its hit flag;
+    ``psn`` is the BTH PSN (for a NACK, the NIC's ePSN)."""
+    return data.StructLayout({
+        "kind":   PacketKind,
+        "qp_hit": 1,
+        "qp":     _bits(n_qps),
+        "psn":    PSN_BITS,
+        "tag":    TAG_BITS,
+    })
+
+
+def ThemisDResult(*, n_qps, queue_depth):
+    """Output metadata: the input fields and the decision. ``drop`` marks a blocked NACK; ``comp``/``comp_psn``
+    ask the deparser to also send a NACK for ``comp_psn`` to the QP's sender; ``scanned`` counts the PSN-queue
+    entries the NACK's scan read."""
+    return data.StructLayout({
+        "kind":     PacketKind,
+        "qp_hit":   1,
+        "qp":       _bits(n_qps),
+        "psn":      PSN_BITS,
+        "tag":      TAG_BITS,
+        "drop":     1,
+        "comp":     1,
+        "comp_psn": PSN_BITS,
+        "verdict":  ThemisDVerdict,
+        "scanned":  queue_depth.bit_length(),
+    })
+
+
+def FlowEntry(*, queue_depth, n_paths):
+    """One flow-table entry: the paper's (queue index, head/tail, BePSN, Valid) plus what hardware needs."""
+    return data.StructLayout({
+        "active": 1,
+        "valid":  1,
+        "bepsn":  PSN_BITS,
+        "bres":   residue_bits(n_paths),
+        "head":   _bits(queue_depth),
+        "tail":   _bits(queue_depth),
+        "count":  queue_depth.bit_length(),
+    })
+
+
+def _mul_const(value, constant):
+    """``value * constant`` as shifts and adds, so synthesis does not spend a DSP on a constant multiply."""
+    terms = [value << k for k in range(constant.bit_length()) if (constant >> k) & 1]
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
+def _after(a, b, bits):
+    """Serial-number order on ``bits``-bit values: ``0 < (a - b) mod 2**bits < 2**(bits-1)``."""
+    d = (a - b)[:bits]
+    return (d != 0) & ~d[bits - 1]
+
+
+class ThemisD(wiring.Component):
+    """Destination-ToR Themis stage.
+
+    Parameters
+    ----------
+    n_qps : int
+        Flow-table entries, 1 to 65536.
+    queue_depth : int
+        PSN-queue entries per QP, 1 to 255.
+    n_paths : int
+        N, 1 to 256.
+    entry_bits : int
+        Low PSN bits per queue entry, 2 to 24.
+
+    Members
+    -------
+    i : In(stream.Signature(ThemisDItem))
+    o : Out(stream.Signature(ThemisDResult))
+    ctl : In(ControlSignature())
+        Table 0, QP set-up: entry ``index`` becomes active with an empty queue and compensation disarmed.
+        Table 1, QP tear-down: entry ``index`` becomes idle. Indices ``>= n_qps`` and other tables are ignored.
+        Commands enter the pipeline ahead of packets and take effect between two packets.
+    """
+
+    latency = 4
+
+    def __init__(self, *, n_qps=1600, queue_depth=100, n_paths=256, entry_bits=9):
+        for name, value, lo, hi in (("n_qps", n_qps, 1, 65536), ("queue_depth", queue_depth, 1, 255),
+                                    ("n_paths", n_paths, 1, 256), ("entry_bits", entry_bits, 2, 24)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an integer, not {value!r}")
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be from {lo} to {hi}, not {value}")
+        self._n_qps = n_qps
+        self._queue_depth = queue_depth
+        self._n_paths = n_paths
+        self._entry_bits = entry_bits
+        super().__init__({
+            "i":   In(stream.Signature(ThemisDItem(n_qps=n_qps))),
+            "o":   Out(stream.Signature(ThemisDResult(n_qps=n_qps, queue_depth=queue_depth))),
+            "ctl": In(ControlSignature()),
+        })
+
+    @property
+    def n_qps(self):
+        return self._n_qps
+
+    @property
+    def queue_depth(self):
+        return self._queue_depth
+
+    @property
+    def memory_bits(self):
+        """Bits of state held in memories: the flow table and the PSN queues."""
+        entry = FlowEntry(queue_depth=self._queue_depth, n_paths=self._n_paths).size
+        return self._n_qps * (entry + self._queue_depth * self._entry_bits)
+
+    @staticmethod
+    def item_cycles(result):
+        """Cycles an item holds the read-modify-write stage: 1, or ``scanned + 3`` for a NACK that scanned."""
+        nack_verdicts = {ThemisDVerdict.NACK_VALID.value, ThemisDVerdict.NACK_BLOCKED.value,
+                         ThemisDVerdict.NACK_LATE.value, ThemisDVerdict.NACK_NO_TPSN.value}
+        return result["scanned"] + 3 if result["verdict"] in nack_verdicts else 1
+
+    def elaborate(self, platform):
+        m = Module()
+        Q, N, W = self._queue_depth, self._n_paths, self._entry_bits
+        qb = _bits(self._n_qps)
+        entry_layout = FlowEntry(queue_depth=Q, n_paths=N)
+
+        m.submodules.flows = flows = memory.Memory(shape=entry_layout, depth=self._n_qps, init=[])
+        flow_wr = flows.write_port()
+        flow_rd = flows.read_port(transparent_for=(flow_wr,))
+        m.submodules.queues = queues = memory.Memory(shape=W, depth=self._n_qps * Q, init=[])
+        q_wr = queues.write_port()
+        q_rd = queues.read_port()
+
+        m.submodules.psn_mod = psn_mod = ModN(width=PSN_BITS, n=N)
+
+        # Stage records. ``hit`` is qp_hit with qp in range (or, for a command, index in range).
+        def stage(name):
+            return dict(
+                valid=Signal(name=f"{name}_valid"),
+                ctl=Signal(name=f"{name}_ctl"),
+                table=Signal(8, name=f"{name}_table"),
+                hit=Signal(name=f"{name}_hit"),
+                item=Signal(ThemisDItem(n_qps=self._n_qps), name=f"{name}_item"),
+            )
+        s1, s2, s3 = stage("s1"), stage("s2"), stage("s3")
+        s3_res = Signal(residue_bits(N))
+        s3_base = Signal(range(max(2, self._n_qps * Q)))
+
+        can_out = Signal()
+        adv = Signal()
+        m.d.comb += can_out.eq(~self.o.valid | self.o.ready)
+
+        fe = flow_rd.data
+        item = s3["item"]
+        active = Signal()
+        m.d.comb += active.eq(s3["valid"] & ~s3["ctl"] & s3["hit"] & fe.active)
+        is_data = active & (item.kind == PacketKind.DATA)
+        starts_scan = Signal()
+        m.d.comb += starts_scan.eq(active & (item.kind == PacketKind.NACK))
+
+        # -- front of the pipeline: commands take priority over packets ------------------------------------------
+        m.d.comb += [
+            self.ctl.ready.eq(adv),
+            self.i.ready.eq(adv & ~self.ctl.valid),
+            psn_mod.i.eq(self.i.payload.psn),
+            psn_mod.en.eq(adv),
+        ]
+        with m.If(adv):
+            with m.If(self.ctl.valid):
+                m.d.sync += [
+                    s1["valid"].eq(1), s1["ctl"].eq(1), s1["table"].eq(self.ctl.payload.table),
+                    s1["hit"].eq(self.ctl.payload.index < self._n_qps),
+                    s1["item"].eq(0), s1["item"].qp.eq(self.ctl.payload.index[:qb]),
+                ]
+            with m.Else():
+                m.d.sync += [
+                    s1["valid"].eq(self.i.valid), s1["ctl"].eq(0), s1["table"].eq(0),
+                    s1["hit"].eq(self.i.payload.qp_hit & (self.i.payload.qp < self._n_qps)),
+                    s1["item"].eq(self.i.payload),
+                ]
+            for key in ("valid", "ctl", "table", "hit", "item"):
+                m.d.sync += [s2[key].eq(s1[key]), s3[key].eq(s2[key])]
+            m.d.sync += [s3_res.eq(psn_mod.o), s3_base.eq(_mul_const(s2["item"].qp, Q))]
+
+        m.d.comb += [
+            flow_rd.addr.eq(Mux(s2["hit"], s2["item"].qp, 0)),
+            flow_rd.en.eq(adv),
+        ]
+
+        out = self.o.payload
+        def load_out(verdict, drop=0, comp=0, comp_psn=0, scanned=0):
+            return [
+                out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
+                out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop), out.comp.eq(comp),
+                out.comp_psn.eq(comp_psn), out.scanned.eq(scanned),
+            ]
+
+        # -- data packet: compensation check and enqueue -----------------------------------------------------------
+        psn = item.psn
+        cancel = fe.valid & (psn == fe.bepsn)
+        comp = fe.valid & ~cancel & _after(psn, fe.bepsn, PSN_BITS) & (s3_res == fe.bres)
+        full = fe.count == Q
+        head_inc = Mux(fe.head == Q - 1, 0, fe.head + 1)
+        tail_inc = Mux(fe.tail == Q - 1, 0, fe.tail + 1)
+        data_entry = Signal(entry_layout)
+        m.d.comb += [
+            data_entry.eq(fe),
+            data_entry.valid.eq(fe.valid & ~cancel & ~comp),
+            data_entry.tail.eq(tail_inc),
+            data_entry.head.eq(Mux(full, head_inc, fe.head)),
+            data_entry.count.eq(Mux(full, fe.count, fe.count + 1)),
+        ]
+
+        # -- NACK scan state ---------------------------------------------------------------------------------------
+        e_t = Signal(W)          # ePSN truncated to an entry
+        e_psn = Signal(PSN_BITS)
+        e_res = Signal(residue_bits(N))
+        sc_entry = Signal(entry_layout)   # the QP's entry as read when the scan began
+        sc_pos = Signal(_bits(Q))
+        sc_left = Signal(Q.bit_length())
+        sc_pending = Signal()
+        sc_phase2 = Signal()
+        sc_n1 = Signal(Q.bit_length())
+        sc_scanned = Signal(Q.bit_length())
+        sc_verdict = Signal(ThemisDVerdict)
+        # Multiples of N below 2**W: "on ePSN's path" for an entry d after ePSN is d mod N == 0.
+        multiples = Const(sum(1 << d for d in range(0, 1 << W, N)), 1 << W)
+
+        x = q_rd.data
+        d = Signal(W)
+        m.d.comb += d.eq(x - e_t)
+        x_after = (d != 0) & ~d[W - 1]
+        x_same = x_after & multiples.bit_select(d, 1)
+        x_is_e = d == 0
+
+        new_head_sum = Signal(range(2 * Q))
+        m.d.comb += new_head_sum.eq(sc_entry.head + sc_n1)
+        nack_entry = Signal(entry_layout)
+        may_update = ~sc_entry.valid | ~_after(sc_entry.bepsn, e_psn, PSN_BITS)
+        m.d.comb += [
+            nack_entry.eq(sc_entry),
+            nack_entry.head.eq(Mux(new_head_sum >= Q, new_head_sum - Q, new_head_sum)),
+            nack_entry.count.eq(sc_entry.count - sc_n1),
+        ]
+        with m.If(may_update):
+            with m.If(sc_verdict == ThemisDVerdict.NACK_BLOCKED):
+                m.d.comb += [nack_entry.valid.eq(1), nack_entry.bepsn.eq(e_psn), nack_entry.bres.eq(e_res)]
+            with m.Else():
+                m.d.comb += nack_entry.valid.eq(0)
+
+        clr_addr = Signal(qb)
+
+        with m.FSM(init="CLEAR"):
+            with m.State("CLEAR"):
+                m.d.comb += [flow_wr.addr.eq(clr_addr), flow_wr.data.eq(0), flow_wr.en.eq(1)]
+                m.d.sync += clr_addr.eq(clr_addr + 1)
+                with m.If(clr_addr == self._n_qps - 1):
+                    m.d.sync += clr_addr.eq(0)
+                    m.next = "RUN"
+
+            with m.State("RUN"):
+                m.d.comb += adv.eq(can_out & ~starts_scan)
+                with m.If(starts_scan):
+                    m.d.sync += [
+                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
+                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), sc_phase2.eq(0),
+                        sc_n1.eq(0), sc_scanned.eq(0),
+                    ]
+                    m.next = "SCAN"
+                with m.Elif(adv & s3["valid"] & s3["ctl"] & s3["hit"]):
+                    with m.If(s3["table"] == TABLE_QP_SETUP):
+                        m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(1), flow_wr.en.eq(1)]
+                    with m.Elif(s3["table"] == TABLE_QP_TEARDOWN):
+                        m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(0), flow_wr.en.eq(1)]
+                with m.Elif(adv & is_data):
+                    m.d.comb += [
+                        flow_wr.addr.eq(item.qp), flow_wr.data.eq(data_entry), flow_wr.en.eq(1),
+                        q_wr.addr.eq(s3_base + fe.tail), q_wr.data.eq(psn[:W]), q_wr.en.eq(1),
+                    ]
+                with m.If(can_out):
+                    m.d.sync += self.o.valid.eq(adv & s3["valid"] & ~s3["ctl"])
+                    with m.If(is_data):
+                        m.d.sync += load_out(
+                            Mux(cancel, ThemisDVerdict.DATA_CANCEL,
+                                Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
+                            comp=comp, comp_psn=Mux(comp, fe.bepsn, 0))
+                    with m.Else():
+                        m.d.sync += load_out(ThemisDVerdict.PASS)
+
+            with m.State("SCAN"):
+                decided = Signal()
+                phase2_next = Signal()
+                verdict_next = Signal(ThemisDVerdict)
+                m.d.comb += [phase2_next.eq(sc_phase2), verdict_next.eq(sc_verdict)]
+                with m.If(sc_pending):
+                    m.d.sync += sc_scanned.eq(sc_scanned + 1)
+                    with m.If(~sc_phase2):
+                        m.d.sync += sc_n1.eq(sc_n1 + 1)
+                        with m.If(x_same):
+                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
+                        with m.Elif(x_after):
+                            m.d.comb += phase2_next.eq(1)
+                    with m.Else():
+                        with m.If(x_is_e):
+                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_LATE)]
+                        with m.Elif(x_same):
+                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
+                stop = Signal()
+                m.d.comb += stop.eq(decided | (sc_left == 0))
+                with m.If(~decided & (sc_left == 0)):
+                    m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED,
+                                                    ThemisDVerdict.NACK_NO_TPSN))
+                m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]
+                with m.If(~stop):
+                    m.d.comb += [q_rd.addr.eq(s3_base + sc_pos), q_rd.en.eq(1)]
+                    m.d.sync += [
+                        sc_pos.eq(Mux(sc_pos == Q - 1, 0, sc_pos + 1)),
+                        sc_left.eq(sc_left - 1),
+                        sc_pending.eq(1),
+                    ]
+                with m.Else():
+                    m.d.sync += sc_pending.eq(0)
+                    m.next = "DONE"
+                with m.If(can_out):
+                    m.d.sync += self.o.valid.eq(0)
+
+            with m.State("DONE"):
+                m.d.comb += adv.eq(can_out)
+                with m.If(can_out):
+                    m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(nack_entry), flow_wr.en.eq(1)]
+                    drop = (sc_verdict == ThemisDVerdict.NACK_BLOCKED) | (sc_verdict == ThemisDVerdict.NACK_LATE)
+                    m.d.sync += [self.o.valid.eq(1)] + load_out(sc_verdict, drop=drop, scanned=sc_scanned)
+                    m.next = "RUN"
+        return m

@@ -1,0 +1,101 @@
+"""Build and run cocotb testbenches on Amaranth designs under Icarus Verilog.
+
+Each (design, parameter set) gets its own build directory, named from a hash of the generated Verilog, so parallel
+test workers and different parameter sets never share a stale ``sim_build``.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import xml.etree.ElementTree as ET
+
+__all__ = ["BUILD_ROOT", "write_verilog", "run_cocotb", "CocotbFailure"]
+
+#: Where generated Verilog and simulator builds go; override with ``LBPIPE_BUILD``.
+BUILD_ROOT = pathlib.Path(os.environ.get("LBPIPE_BUILD", pathlib.Path.cwd() / "build"))
+
+
+class CocotbFailure(AssertionError):
+    """A cocotb test failed; the message carries the failing tests and the log location."""
+
+
+def write_verilog(elaboratable, *, name, ports=None, directory=None):
+    """Convert ``elaboratable`` to Verilog with the built-in Yosys and write it to ``directory/name.v``.
+
+    Returns the path. ``directory`` defaults to a content-addressed folder under :data:`BUILD_ROOT`.
+    """
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from amaranth.back import verilog
+    kwargs = {"name": name}
+    if ports is not None:
+        kwargs["ports"] = ports
+    text = verilog.convert(elaboratable, **kwargs)
+    if directory is None:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        directory = BUILD_ROOT / "sim" / f"{name}-{digest}"
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.v"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def run_cocotb(verilog_path, *, toplevel, test_module, testcase=None, extra_env=None, seed=None, waves=False):
+    """Compile ``verilog_path`` with Icarus and run the cocotb ``test_module`` against it.
+
+    Raises :class:`CocotbFailure` when any test fails or none ran. Returns the path of the results XML.
+    """
+    from cocotb_tools.runner import get_runner
+    verilog_path = pathlib.Path(verilog_path)
+    build_dir = verilog_path.parent / "icarus"
+    runner = get_runner("icarus")
+    runner.build(
+        sources=[verilog_path],
+        hdl_toplevel=toplevel,
+        build_dir=build_dir,
+        always=True,
+        timescale=("1ns", "1ps"),
+        waves=waves,
+        log_file=build_dir / "build.log",
+    )
+    tag = hashlib.sha256(json.dumps([test_module, testcase, sorted((extra_env or {}).items()), seed],
+                                    default=str).encode()).hexdigest()[:12]
+    test_dir = build_dir / f"run-{tag}-{os.getpid()}"
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results = test_dir / "results.xml"
+    env = {"PYTHONWARNINGS": "ignore"}
+    env.update(extra_env or {})
+    log = test_dir / "sim.log"
+    runner.test(
+        test_module=test_module,
+        hdl_toplevel=toplevel,
+        testcase=testcase,
+        seed=seed,
+        extra_env=env,
+        build_dir=build_dir,
+        test_dir=test_dir,
+        results_xml=str(results),
+        waves=waves,
+        log_file=log,
+    )
+    _check_results(results, log)
+    return results
+
+
+def _check_results(results, log):
+    if not pathlib.Path(results).exists():
+        raise CocotbFailure(f"cocotb wrote no results; see {log}")
+    root = ET.parse(results).getroot()
+    cases = list(root.iter("testcase"))
+    if not cases:
+        raise CocotbFailure(f"no cocotb test ran; see {log}")
+    failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
+    if failed:
+        tail = ""
+        try:
+            tail = "\n".join(pathlib.Path(log).read_text().splitlines()[-60:])
+        except OSError:
+            pass
+        raise CocotbFailure(f"cocotb tests failed: {', '.join(failed)}; log {log}\n{tail}")
