@@ -68,18 +68,22 @@ def run_cocotb(verilog_path, *, toplevel, test_module, testcase=None, extra_env=
     env = {"PYTHONWARNINGS": "ignore"}
     env.update(extra_env or {})
     log = test_dir / "sim.log"
-    runner.test(
-        test_module=test_module,
-        hdl_toplevel=toplevel,
-        testcase=testcase,
-        seed=seed,
-        extra_env=env,
-        build_dir=build_dir,
-        test_dir=test_dir,
-        results_xml=str(results),
-        waves=waves,
-        log_file=log,
-    )
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=toplevel,
+            testcase=testcase,
+            seed=seed,
+            extra_env=env,
+            build_dir=build_dir,
+            test_dir=test_dir,
+            results_xml=str(results),
+            waves=waves,
+            log_file=log,
+        )
+    except SystemExit:
+        # Under pytest the cocotb runner exits on a failing test; report which tests failed and the log instead.
+        pass
     _check_results(results, log)
     return results
 

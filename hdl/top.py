@@ -1,0 +1,75 @@
+"""Top-level wrapper: a block with its AXI4-Lite control bridge and flat, named ports.
+
+This is what ``lbpipe verilog`` writes and what the cocotb testbenches drive. Port names follow the conventions of
+the tools users pair it with: ``s_axil_*`` for cocotbext-axi's ``AxiLiteBus.from_prefix(dut, "s_axil")`` and for
+Vivado's interface inference, and ``in_valid/in_ready/in_payload``, ``out_valid/out_ready/out_payload`` for the
+metadata streams, whose payload bit layout is the block's layout (first field in the low bits).
+"""
+
+from amaranth import Elaboratable, Module, Signal
+from amaranth.lib import wiring
+
+from .axil import ControlBridge
+
+__all__ = ["AxiLiteTop"]
+
+
+class AxiLiteTop(Elaboratable):
+    """Wrap ``block`` (a component with ``i``, ``o`` and ``ctl`` ports) with a :class:`ControlBridge`.
+
+    Parameters
+    ----------
+    block : wiring.Component
+        The block.
+    addr_width : int
+        AXI4-Lite address width.
+    """
+
+    def __init__(self, block, *, addr_width=16):
+        members = block.signature.members
+        for port in ("i", "o", "ctl"):
+            if port not in members:
+                raise TypeError(f"block {block!r} has no {port!r} port")
+        self.block = block
+        self.bridge = ControlBridge(addr_width=addr_width)
+        in_shape = members["i"].signature.members["payload"].shape
+        out_shape = members["o"].signature.members["payload"].shape
+        self.in_layout = in_shape
+        self.out_layout = out_shape
+        self.in_valid = Signal(name="in_valid")
+        self.in_ready = Signal(name="in_ready")
+        self.in_payload = Signal(in_shape.size, name="in_payload")
+        self.out_valid = Signal(name="out_valid")
+        self.out_ready = Signal(name="out_ready")
+        self.out_payload = Signal(out_shape.size, name="out_payload")
+        self.axil = {}
+        for name, member in self.bridge.signature.members["axil"].signature.members.items():
+            self.axil[name] = Signal(member.shape, name=f"s_axil_{name}")
+
+    def ports(self):
+        """The flat port list, in a stable order, for ``verilog.convert(..., ports=...)``."""
+        return [self.in_valid, self.in_ready, self.in_payload, self.out_valid, self.out_ready, self.out_payload,
+                *self.axil.values()]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.block = block = self.block
+        m.submodules.bridge = bridge = self.bridge
+        wiring.connect(m, bridge.ctl, block.ctl)
+        m.d.comb += [
+            block.i.valid.eq(self.in_valid),
+            block.i.payload.as_value().eq(self.in_payload),
+            self.in_ready.eq(block.i.ready),
+            self.out_valid.eq(block.o.valid),
+            self.out_payload.eq(block.o.payload.as_value()),
+            block.o.ready.eq(self.out_ready),
+        ]
+        axil_members = bridge.signature.members["axil"].signature.members
+        for name, sig in self.axil.items():
+            port = getattr(bridge.axil, name)
+            # The bridge holds the flipped (subordinate) view: its In members are driven from the top's ports.
+            if axil_members[name].flow == wiring.In:
+                m.d.comb += port.eq(sig)
+            else:
+                m.d.comb += sig.eq(port)
+        return m

@@ -1,0 +1,191 @@
+"""The registry of lbpipe blocks: parameters, hardware, golden model, testbench and paper figures of each.
+
+Every CLI command and every generic test iterates this registry, so a new block is added here once and gets
+Verilog generation, synthesis reports, trace replay and the generic RTL-versus-golden tests for free.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Param", "Block", "BLOCKS", "get_block", "parse_params"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One elaboration parameter of a block."""
+    name: str
+    default: Any
+    help: str
+    choices: Optional[tuple] = None
+
+    def parse(self, text):
+        """Convert a command-line string to this parameter's type."""
+        if isinstance(self.default, bool):
+            value = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(self.default, int):
+            try:
+                value = int(text, 0)
+            except ValueError:
+                raise ValueError(f"parameter {self.name} takes an integer, not {text!r}") from None
+        else:
+            value = text
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"parameter {self.name} must be one of {self.choices}, not {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Block:
+    """Everything lbpipe knows about one block.
+
+    ``build(**params)`` returns the Amaranth component (ports ``i``, ``o``, ``ctl``); ``golden(**params)`` the
+    golden model (``control``, ``process``, ``reset`` and optionally ``cycles``); ``tb_module`` is the cocotb module
+    with the generic ``trace`` test; ``paper`` holds the paper's figures for the synthesis report;
+    ``report_extra(params, component)`` returns extra report lines (label -> text).
+    """
+    name: str
+    summary: str
+    paper_ref: str
+    params: List[Param]
+    build: Callable
+    golden: Callable
+    tb_module: str
+    doc: str
+    paper: Dict[str, Any] = field(default_factory=dict)
+    report_extra: Optional[Callable] = None
+    synth_nolutram: bool = False
+
+    def layouts(self, params):
+        """``(input layout, output layout, control layout, component)`` of the block built with ``params``.
+
+        The component is built only to read its signature, so Amaranth's unused-elaboratable warning is silenced.
+        """
+        component = self.build(**params)
+        component._MustUse__silence = True
+        members = component.signature.members
+        return (members["i"].signature.members["payload"].shape,
+                members["o"].signature.members["payload"].shape,
+                members["ctl"].signature.members["payload"].shape,
+                component)
+
+    def defaults(self):
+        return {p.name: p.default for p in self.params}
+
+    def resolve(self, overrides=None):
+        """Defaults updated with ``overrides`` (a dict of already-typed values); unknown names raise."""
+        params = self.defaults()
+        for name, value in (overrides or {}).items():
+            if name not in params:
+                raise ValueError(f"block {self.name} has no parameter {name!r}; it has {sorted(params)}")
+            params[name] = value
+        return params
+
+
+def parse_params(block, assignments):
+    """Parse ``["NAME=VALUE", ...]`` for ``block`` into a typed dict."""
+    by_name = {p.name: p for p in block.params}
+    out = {}
+    for text in assignments or []:
+        if "=" not in text:
+            raise ValueError(f"--param takes NAME=VALUE, not {text!r}")
+        name, value = text.split("=", 1)
+        if name not in by_name:
+            raise ValueError(f"block {block.name} has no parameter {name!r}; it has {sorted(by_name)}")
+        out[name] = by_name[name].parse(value)
+    return out
+
+
+# -- Themis ----------------------------------------------------------------------------------------------------------
+
+def _themis_s_build(**params):
+    from .hdl.themis_s import ThemisS
+    return ThemisS(**params)
+
+
+def _themis_s_golden(**params):
+    from .sim.themis_s import ThemisS
+    return ThemisS(**params)
+
+
+def _themis_s_extra(params, component):
+    pathmap_bytes = params["n_paths"] * 2
+    return {"PathMap": f"{params['n_paths']} x 16 bit = {pathmap_bytes} B "
+                       f"(paper, section 4: N_paths x 2 B = {params['n_paths'] * 2} B)"}
+
+
+def _themis_d_build(**params):
+    from .hdl.themis_d import ThemisD
+    return ThemisD(**params)
+
+
+def _themis_d_golden(**params):
+    from .sim.themis_d import ThemisD
+    return ThemisD(**params)
+
+
+def _themis_d_extra(params, component):
+    from .sim.themis_d import REFERENCE, paper_memory_bytes
+    bits = component.memory_bits
+    ref = dict(REFERENCE)
+    paper_d = paper_memory_bytes(**ref) - ref["n_paths"] * 2
+    paper_total = paper_memory_bytes(**ref)
+    lines = {
+        "Themis-D memory (flow table + PSN queues)":
+            f"{bits} bits = {bits / 8 / 1000:.1f} kB for {params['n_qps']} QPs x {params['queue_depth']} entries x "
+            f"{params['entry_bits']} bit",
+        "Paper, Eq. 4 at Table 1 values":
+            f"{paper_total / 1000:.1f} kB in all ({paper_d / 1000:.1f} kB Themis-D + "
+            f"{ref['n_paths'] * 2} B PathMap); the paper's 20 B flow entry includes a 13 B QP ID that lbpipe keeps "
+            f"in the upstream QP classifier",
+        "Ratio to the paper's Themis-D figure": f"{bits / 8 / paper_d:.3f}x",
+    }
+    return lines
+
+
+_THEMIS_REFERENCE_QPS = 16 * 100
+
+BLOCKS = {
+    "themis-s": Block(
+        name="themis-s",
+        summary="Themis source ToR: PSN-based packet spraying through a PathMap",
+        paper_ref="Themis (APNet 2025), section 3.2",
+        params=[
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256 (any value, not only powers of two)"),
+            Param("mode", "sport", "port: PathMap gives the egress port (two-tier); sport: PathMap gives a UDP "
+                                   "source port XOR delta (multi-tier)", choices=("port", "sport")),
+            Param("hash_bits", 16, "width of the flow hash supplied by the parser"),
+        ],
+        build=_themis_s_build,
+        golden=_themis_s_golden,
+        tb_module="lbpipe.tb.themis_s.test_themis_s",
+        doc="docs/themis.md",
+        paper={"memory": "512 B PathMap (N=256)"},
+        report_extra=_themis_s_extra,
+    ),
+    "themis-d": Block(
+        name="themis-d",
+        summary="Themis destination ToR: PSN queue, NACK validation and NACK compensation",
+        paper_ref="Themis (APNet 2025), sections 3.3, 3.4, 4",
+        params=[
+            Param("n_qps", _THEMIS_REFERENCE_QPS, "flow-table entries (cross-rack QPs: 16 NICs x 100 QPs)"),
+            Param("queue_depth", 100, "PSN-queue entries per QP: ceil(BW x RTT_last x F / MTU) = "
+                                      "ceil(400 Gb/s x 2 us x 1.5 / 1500 B) = 100"),
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
+            Param("entry_bits", 9, "low PSN bits per queue entry (9 fits BRAM's 9-bit bytes; the paper uses 8)"),
+        ],
+        build=_themis_d_build,
+        golden=_themis_d_golden,
+        tb_module="lbpipe.tb.themis_d.test_themis_d",
+        doc="docs/themis.md",
+        paper={"memory": "193 kB (Eq. 4, Table 1)"},
+        report_extra=_themis_d_extra,
+    ),
+}
+
+
+def get_block(name):
+    """The :class:`Block` called ``name``; raises ``KeyError`` listing the known blocks."""
+    try:
+        return BLOCKS[name]
+    except KeyError:
+        raise KeyError(f"unknown block {name!r}; known blocks: {', '.join(sorted(BLOCKS))}") from None

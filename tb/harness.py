@@ -1,0 +1,289 @@
+"""cocotb side of the lbpipe testbench harness, shared by every block.
+
+The DUT is :class:`lbpipe.hdl.top.AxiLiteTop` around a block. :func:`run_trace_test` reads a trace (see
+:mod:`lbpipe.trace`) and its settings from the environment that :func:`lbpipe.engine.run_rtl` sets, then:
+
+* writes control commands through cocotbext-axi's ``AxiLiteMaster`` after draining the pipeline;
+* drives items on ``in_*`` with an idle generator, and takes items from ``out_*`` with a back-pressure generator;
+* scoreboards every output item against the golden model, field by field, as it appears;
+* when neither generator is active, checks the cycle timing the golden model predicts (``cycles``) and the
+  block's ``latency``;
+* writes the outputs (for ``lbpipe replay``) and measurements (cycles, items per clock).
+"""
+
+import json
+import os
+import random
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from ..blocks import get_block
+from ..trace import pack, read_events, unpack, write_events
+
+__all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "Scoreboard", "settings_from_env"]
+
+CLOCK_NS = 4  # 250 MHz, the OpenNIC user-logic clock
+
+# ControlBridge register offsets (hdl/axil.py).
+_REG_TABLE, _REG_INDEX, _REG_DATA_LO, _REG_DATA_HI, _REG_COMMIT = 0x08, 0x0C, 0x10, 0x14, 0x18
+
+
+def settings_from_env():
+    """The run settings :func:`lbpipe.engine.run_rtl` passes through the environment."""
+    block = get_block(os.environ["LBPIPE_BLOCK"])
+    params = block.resolve(json.loads(os.environ.get("LBPIPE_PARAMS", "{}")))
+    return dict(
+        block=block,
+        params=params,
+        trace=os.environ.get("LBPIPE_TRACE"),
+        out=os.environ.get("LBPIPE_OUT"),
+        stats=os.environ.get("LBPIPE_STATS"),
+        idle=float(os.environ.get("LBPIPE_IDLE", "0")),
+        backpressure=float(os.environ.get("LBPIPE_BACKPRESSURE", "0")),
+        seed=int(os.environ.get("LBPIPE_SEED", "1")),
+        compare=os.environ.get("LBPIPE_COMPARE", "1") == "1",
+    )
+
+
+class StreamSource:
+    """Drives an Amaranth stream (``<prefix>_valid/_ready/_payload``). ``valid`` never waits on ``ready``; with
+    probability ``idle`` per cycle the source inserts an idle cycle before offering the next item."""
+
+    def __init__(self, dut, prefix, layout, *, idle=0.0, rng=None):
+        self.valid = getattr(dut, f"{prefix}_valid")
+        self.ready = getattr(dut, f"{prefix}_ready")
+        self.payload = getattr(dut, f"{prefix}_payload")
+        self.clk = dut.clk
+        self.layout = layout
+        self.idle = idle
+        self.rng = rng or random.Random(0)
+        self.queue = []
+        self.sent = 0
+        self.accept_cycles = []
+        self.cycle = 0
+        self.valid.value = 0
+        self.payload.value = 0
+        self._task = cocotb.start_soon(self._run())
+
+    def send(self, values):
+        self.queue.append(pack(self.layout, values))
+
+    def idle_now(self):
+        return not self.queue and not int(self.valid.value)
+
+    async def _run(self):
+        offering = False
+        while True:
+            await RisingEdge(self.clk)
+            self.cycle += 1
+            if offering and int(self.ready.value):
+                self.queue.pop(0)
+                self.sent += 1
+                self.accept_cycles.append(self.cycle)
+                offering = False
+            if not offering:
+                if self.queue and not (self.idle and self.rng.random() < self.idle):
+                    self.payload.value = self.queue[0]
+                    self.valid.value = 1
+                    offering = True
+                else:
+                    self.valid.value = 0
+
+    def kill(self):
+        self._task.cancel()
+
+
+class StreamSink:
+    """Takes items from an Amaranth stream; with probability ``backpressure`` per cycle holds ``ready`` low.
+    Checks that an offered item is neither withdrawn nor changed before it is taken (the stream rule)."""
+
+    def __init__(self, dut, prefix, layout, *, backpressure=0.0, rng=None, on_item=None):
+        self.valid = getattr(dut, f"{prefix}_valid")
+        self.ready = getattr(dut, f"{prefix}_ready")
+        self.payload = getattr(dut, f"{prefix}_payload")
+        self.clk = dut.clk
+        self.layout = layout
+        self.backpressure = backpressure
+        self.rng = rng or random.Random(0)
+        self.items = []
+        self.cycles = []
+        self.cycle = 0
+        self.on_item = on_item
+        self.errors = []
+        self.ready.value = 0
+        self._task = cocotb.start_soon(self._run())
+
+    async def _run(self):
+        ready = 0
+        held = None
+        while True:
+            await RisingEdge(self.clk)
+            self.cycle += 1
+            valid = int(self.valid.value)
+            if held is not None and (not valid or int(self.payload.value) != held):
+                self.errors.append(f"cycle {self.cycle}: output withdrawn or changed while waiting for ready")
+            held = None
+            if valid:
+                word = int(self.payload.value)
+                if ready:
+                    item = unpack(self.layout, word)
+                    self.items.append(item)
+                    self.cycles.append(self.cycle)
+                    if self.on_item:
+                        self.on_item(item)
+                else:
+                    held = word
+            ready = 0 if (self.backpressure and self.rng.random() < self.backpressure) else 1
+            self.ready.value = ready
+
+    def kill(self):
+        self._task.cancel()
+
+
+class Scoreboard:
+    """Compares each RTL output with the golden model's, in order, and keeps the first mismatches."""
+
+    def __init__(self, expected):
+        self.expected = expected
+        self.index = 0
+        self.mismatches = []
+
+    def __call__(self, item):
+        if self.index >= len(self.expected):
+            self.mismatches.append(f"output {self.index}: unexpected extra item {item}")
+        else:
+            want = self.expected[self.index]
+            diff = {k: (item.get(k), v) for k, v in want.items() if item.get(k) != v}
+            if diff:
+                self.mismatches.append(f"output {self.index} (tag {want.get('tag')}): (rtl, golden) differ in {diff}")
+        self.index += 1
+
+
+class TB:
+    """Clock, reset, AXI4-Lite master and the two metadata streams around an :class:`AxiLiteTop`."""
+
+    def __init__(self, dut, block, params, *, idle=0.0, backpressure=0.0, seed=1, on_item=None):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+        self.dut = dut
+        self.block = block
+        self.params = params
+        self.in_layout, self.out_layout, _, self.component = block.layouts(params)
+        rng = random.Random(seed)
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        dut.rst.value = 1
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        self.source = StreamSource(dut, "in", self.in_layout, idle=idle, rng=random.Random(rng.random()))
+        self.sink = StreamSink(dut, "out", self.out_layout, backpressure=backpressure,
+                               rng=random.Random(rng.random()), on_item=on_item)
+
+    async def reset(self, cycles=4):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.rst.value = 0
+        await self.wait_ready()
+
+    async def wait_ready(self, limit=1_000_000):
+        """Wait until the block accepts input (blocks may clear their tables after reset)."""
+        for _ in range(limit):
+            await RisingEdge(self.dut.clk)
+            if int(self.dut.in_ready.value):
+                return
+        raise AssertionError("the block never became ready after reset")
+
+    async def control(self, cmd):
+        """Write one control command through the AXI4-Lite bridge; returns when the block has accepted it."""
+        data = cmd.get("data", 0)
+        await self.axil.write_dword(_REG_TABLE, cmd.get("table", 0))
+        await self.axil.write_dword(_REG_INDEX, cmd.get("index", 0))
+        await self.axil.write_dword(_REG_DATA_LO, data & 0xFFFFFFFF)
+        await self.axil.write_dword(_REG_DATA_HI, (data >> 32) & 0xFFFFFFFF)
+        await self.axil.write_dword(_REG_COMMIT, 1)
+
+    async def drain(self, limit=1_000_000):
+        """Wait until every item sent has come out (blocks return one item per item)."""
+        for _ in range(limit):
+            if self.source.idle_now() and len(self.sink.items) >= self.source.sent:
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"drain timed out: sent {self.source.sent}, received {len(self.sink.items)}")
+
+
+def _timing_errors(tb, events, expected, model):
+    """With no idle and no back-pressure, check latency and the gaps the golden model predicts, within each run
+    of items between two control commands (the pipeline is drained at each command)."""
+    errors = []
+    latency = getattr(tb.component, "latency", None)
+    accept, out = tb.source.accept_cycles, tb.sink.cycles
+    index = 0
+    for segment in _segments(events):
+        for k in range(index, index + segment):
+            if k == index and latency is not None and out[k] - accept[k] != latency:
+                errors.append(f"item {k}: latency {out[k] - accept[k]} cycles, datasheet says {latency}")
+            if k > index and hasattr(model, "cycles"):
+                want = model.cycles(expected[k])
+                if out[k] - out[k - 1] != want:
+                    errors.append(f"item {k}: output {out[k] - out[k - 1]} cycles after the previous one, "
+                                  f"golden model predicts {want}")
+        index += segment
+    return errors
+
+
+def _segments(events):
+    sizes, run = [], 0
+    for event in events:
+        if "ctl" in event:
+            if run:
+                sizes.append(run)
+            run = 0
+        else:
+            run += 1
+    if run:
+        sizes.append(run)
+    return sizes
+
+
+async def run_trace_test(dut):
+    """The generic trace test: drive the trace, scoreboard against the golden model, record outputs and stats."""
+    from ..engine import run_golden
+    s = settings_from_env()
+    block, params = s["block"], s["params"]
+    events = read_events(s["trace"])
+    expected = run_golden(block.name, params, events) if s["compare"] else []
+    board = Scoreboard(expected) if s["compare"] else None
+    tb = TB(dut, block, params, idle=s["idle"], backpressure=s["backpressure"], seed=s["seed"], on_item=board)
+    await tb.reset()
+    start = tb.source.cycle
+    for event in events:
+        if "ctl" in event:
+            await tb.drain()
+            await tb.control(event["ctl"])
+        else:
+            tb.source.send(event["item"])
+    await tb.drain()
+    cycles = tb.source.cycle - start
+    n_items = sum(1 for e in events if "item" in e)
+    stats = {
+        "items": n_items,
+        "cycles": cycles,
+        "accepted": tb.source.sent,
+        "outputs": len(tb.sink.items),
+    }
+    acc = tb.source.accept_cycles
+    if len(acc) > 1:
+        stats["items_per_clock"] = (len(acc) - 1) / (acc[-1] - acc[0]) if acc[-1] > acc[0] else 1.0
+    if s["out"]:
+        write_events(s["out"], [{"item": item} for item in tb.sink.items])
+    errors = list(tb.sink.errors)
+    if board is not None:
+        errors += board.mismatches[:10]
+        if board.index != len(expected):
+            errors.append(f"received {board.index} items, golden model produced {len(expected)}")
+        if not s["idle"] and not s["backpressure"] and not board.mismatches:
+            errors += _timing_errors(tb, events, expected, block.golden(**params))[:10]
+    stats["errors"] = len(errors)
+    if s["stats"]:
+        with open(s["stats"], "w") as f:
+            json.dump(stats, f)
+    assert not errors, "\n".join(errors)

@@ -1,0 +1,11 @@
+"""cocotb testbench of Themis-S (run through lbpipe.engine.run_rtl or ``lbpipe replay --engine rtl``)."""
+
+import cocotb
+
+from ..harness import run_trace_test
+
+
+@cocotb.test()
+async def trace(dut):
+    """Drive the trace, compare every output with the golden model, check timing when unthrottled."""
+    await run_trace_test(dut)
