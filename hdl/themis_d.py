@@ -280,14 +280,21 @@ class ThemisD(wiring.Component):
         sc_n1 = Signal(Q.bit_length())
         sc_scanned = Signal(Q.bit_length())
         sc_verdict = Signal(ThemisDVerdict)
-        # Multiples of N below 2**W: "on ePSN's path" for an entry d after ePSN is d mod N == 0.
-        multiples = Const(sum(1 << d for d in range(0, 1 << W, N)), 1 << W)
+        # An entry d after ePSN has the full PSN ePSN + d (mod 2**24) and is on ePSN's path when that PSN and ePSN
+        # agree mod N: d mod N == 0, or, when ePSN + d wraps past 2**24, d mod N == 2**24 mod N. Two constant bit
+        # tables indexed by d give both answers. ePSN + d can only wrap when ePSN's bits above the entry are all
+        # ones, and then it wraps exactly when the entry is numerically below ePSN's low bits.
+        wrap_res = (1 << PSN_BITS) % N
+        same_nowrap = Const(sum(1 << d for d in range(1 << W) if d % N == 0), 1 << W)
+        same_wrap = Const(sum(1 << d for d in range(1 << W) if d % N == wrap_res), 1 << W)
+        e_top_ones = Signal()
 
         x = q_rd.data
         d = Signal(W)
         m.d.comb += d.eq(x - e_t)
         x_after = (d != 0) & ~d[W - 1]
-        x_same = x_after & multiples.bit_select(d, 1)
+        wraps = e_top_ones & (x < e_t)
+        x_same = x_after & Mux(wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))
         x_is_e = d == 0
 
         new_head_sum = Signal(range(2 * Q))
@@ -320,6 +327,7 @@ class ThemisD(wiring.Component):
                 with m.If(starts_scan):
                     m.d.sync += [
                         e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
+                        e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
                         sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), sc_phase2.eq(0),
                         sc_n1.eq(0), sc_scanned.eq(0),
                     ]

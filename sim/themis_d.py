@@ -154,8 +154,12 @@ class ThemisD:
             flow.count += 1
 
     def _same_path_after(self, x, e):
+        """Entry ``x`` is after ePSN ``e`` (a full PSN) and Themis-S sent it on ePSN's path. The entry's full PSN is
+        ``e + d`` modulo 2**24, with ``d`` the serial distance; the path is that PSN mod N, so the 2**24 wrap counts
+        (for N not dividing 2**24, PSNs 2**24-1 and 0 may share a path)."""
         d = (x - e) & self._mask
-        return serial_after(x, e, self.entry_bits) and d % self.n_paths == 0
+        full = (e + d) % (1 << PSN_BITS)
+        return serial_after(x, e & self._mask, self.entry_bits) and full % self.n_paths == e % self.n_paths
 
     def _nack(self, item, flow, out):
         e = item["psn"]
@@ -170,7 +174,7 @@ class ThemisD:
             left -= 1
             scanned += 1
             if serial_after(x, et, self.entry_bits):
-                verdict = Verdict.NACK_VALID if self._same_path_after(x, et) else Verdict.NACK_BLOCKED
+                verdict = Verdict.NACK_VALID if self._same_path_after(x, e) else Verdict.NACK_BLOCKED
                 break
         flow.head, flow.count = pos, left
         if verdict is None:
@@ -183,7 +187,7 @@ class ThemisD:
             scanned += 1
             if x == et:
                 verdict = Verdict.NACK_LATE
-            elif self._same_path_after(x, et):
+            elif self._same_path_after(x, e):
                 verdict = Verdict.NACK_VALID
         if not flow.valid or not psn_after(flow.bepsn, e):
             if verdict == Verdict.NACK_BLOCKED:

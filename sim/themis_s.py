@@ -37,11 +37,10 @@ class ThemisS:
         self.n_paths = n_paths
         self.mode = mode
         self.hash_bits = hash_bits
-        self.reset()
+        self.pathmap = [0] * self.n_paths
 
     def reset(self):
-        """Hardware reset clears the PathMap (every entry 0)."""
-        self.pathmap = [0] * self.n_paths
+        """Hardware reset: the pipeline empties; the PathMap keeps its contents (it is a memory, not a register)."""
 
     def control(self, cmd):
         """Apply one control command ``{"table", "index", "data"}``; commands it does not know are ignored."""

@@ -22,7 +22,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from ..blocks import get_block
 from ..trace import pack, read_events, unpack, write_events
 
-__all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "Scoreboard", "settings_from_env"]
+__all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "run_reset_test", "Scoreboard", "settings_from_env"]
 
 CLOCK_NS = 4  # 250 MHz, the OpenNIC user-logic clock
 
@@ -65,6 +65,8 @@ class StreamSource:
         self.cycle = 0
         self.valid.value = 0
         self.payload.value = 0
+        self.rst = dut.rst
+        self._offering = False
         self._task = cocotb.start_soon(self._run())
 
     def send(self, values):
@@ -74,22 +76,32 @@ class StreamSource:
         return not self.queue and not int(self.valid.value)
 
     async def _run(self):
-        offering = False
         while True:
             await RisingEdge(self.clk)
             self.cycle += 1
-            if offering and int(self.ready.value):
+            if int(self.rst.value):
+                # Nothing is offered, and so nothing is taken, while reset is asserted.
+                self._offering = False
+                self.valid.value = 0
+                continue
+            if self._offering and int(self.ready.value):
                 self.queue.pop(0)
                 self.sent += 1
                 self.accept_cycles.append(self.cycle)
-                offering = False
-            if not offering:
+                self._offering = False
+            if not self._offering:
                 if self.queue and not (self.idle and self.rng.random() < self.idle):
                     self.payload.value = self.queue[0]
                     self.valid.value = 1
-                    offering = True
+                    self._offering = True
                 else:
                     self.valid.value = 0
+
+    def flush(self):
+        """Forget items not yet accepted (reset)."""
+        self.queue.clear()
+        self._offering = False
+        self.valid.value = 0
 
     def kill(self):
         self._task.cancel()
@@ -113,6 +125,7 @@ class StreamSink:
         self.on_item = on_item
         self.errors = []
         self.ready.value = 0
+        self.rst = dut.rst
         self._task = cocotb.start_soon(self._run())
 
     async def _run(self):
@@ -122,6 +135,8 @@ class StreamSink:
             await RisingEdge(self.clk)
             self.cycle += 1
             valid = int(self.valid.value)
+            if int(self.rst.value):
+                held = None   # reset may withdraw an offered item
             if held is not None and (not valid or int(self.payload.value) != held):
                 self.errors.append(f"cycle {self.cycle}: output withdrawn or changed while waiting for ready")
             held = None
@@ -179,6 +194,7 @@ class TB:
                                rng=random.Random(rng.random()), on_item=on_item)
 
     async def reset(self, cycles=4):
+        self.source.flush()
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, cycles)
         self.dut.rst.value = 0
@@ -286,4 +302,46 @@ async def run_trace_test(dut):
     if s["stats"]:
         with open(s["stats"], "w") as f:
             json.dump(stats, f)
+    assert not errors, "\n".join(errors)
+
+
+async def run_reset_test(dut):
+    """Reset in the middle of traffic: what came out before must be a prefix of the golden outputs, and after the
+    reset a fresh run of the whole trace must match a freshly reset golden model exactly (no stale state, no
+    spurious output)."""
+    from ..engine import run_golden
+    s = settings_from_env()
+    block, params = s["block"], s["params"]
+    events = read_events(s["trace"])
+    expected = run_golden(block.name, params, events)
+    tb = TB(dut, block, params, idle=s["idle"], backpressure=s["backpressure"], seed=s["seed"])
+    await tb.reset()
+    rng = random.Random(s["seed"])
+    cut = rng.randrange(len(events) // 4, 3 * len(events) // 4)
+    for event in events[:cut]:
+        if "ctl" in event:
+            await tb.drain()
+            await tb.control(event["ctl"])
+        else:
+            tb.source.send(event["item"])
+    await ClockCycles(dut.clk, rng.randrange(1, 8))   # items in flight
+    await tb.reset()
+    before = list(tb.sink.items)
+    errors = list(tb.sink.errors)
+    if before != expected[:len(before)]:
+        errors.append("outputs before the reset are not a prefix of the golden outputs")
+    board = Scoreboard(run_golden(block.name, params, events))
+    tb.sink.items.clear()
+    tb.sink.on_item = board
+    tb.source.sent = 0
+    for event in events:
+        if "ctl" in event:
+            await tb.drain()
+            await tb.control(event["ctl"])
+        else:
+            tb.source.send(event["item"])
+    await tb.drain()
+    errors += board.mismatches[:10]
+    if board.index != len(board.expected):
+        errors.append(f"after reset: received {board.index} items, golden model produced {len(board.expected)}")
     assert not errors, "\n".join(errors)

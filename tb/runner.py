@@ -49,7 +49,8 @@ def run_cocotb(verilog_path, *, toplevel, test_module, testcase=None, extra_env=
     """
     from cocotb_tools.runner import get_runner
     verilog_path = pathlib.Path(verilog_path)
-    build_dir = verilog_path.parent / "icarus"
+    # One simulator build per process: parallel test workers must not compile into the same directory.
+    build_dir = verilog_path.parent / f"icarus-{os.getpid()}"
     runner = get_runner("icarus")
     runner.build(
         sources=[verilog_path],

