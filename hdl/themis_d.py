@@ -18,7 +18,8 @@ NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis
 
 Pipeline: input register, residue stage, read-modify-write stage (flow table read there, written back the same cycle,
 with a transparent read port so the next item sees the write), output register. Data items flow at one per clock. A
-NACK for an active QP holds the read-modify-write stage for ``scanned + 3`` cycles (one queue entry read per cycle);
+NACK for an active QP holds the read-modify-write stage for ``scanned + 4`` cycles (one queue entry read per cycle;
+3 cycles when the queue is empty);
 items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
 """
 
@@ -170,10 +171,13 @@ class ThemisD(wiring.Component):
 
     @staticmethod
     def item_cycles(result):
-        """Cycles an item holds the read-modify-write stage: 1, or ``scanned + 3`` for a NACK that scanned."""
+        """Cycles an item holds the read-modify-write stage: 1, or for a NACK of an active QP ``scanned + 4``
+        (3 when its queue was empty)."""
         nack_verdicts = {ThemisDVerdict.NACK_VALID.value, ThemisDVerdict.NACK_BLOCKED.value,
                          ThemisDVerdict.NACK_LATE.value, ThemisDVerdict.NACK_NO_TPSN.value}
-        return result["scanned"] + 3 if result["verdict"] in nack_verdicts else 1
+        if result["verdict"] not in nack_verdicts:
+            return 1
+        return result["scanned"] + 4 if result["scanned"] else 3
 
     def elaborate(self, platform):
         m = Module()
@@ -275,7 +279,10 @@ class ThemisD(wiring.Component):
         sc_entry = Signal(entry_layout)   # the QP's entry as read when the scan began
         sc_pos = Signal(_bits(Q))
         sc_left = Signal(Q.bit_length())
-        sc_pending = Signal()
+        sc_pending = Signal()    # a queue read was issued last cycle: its data is on q_rd.data
+        sc_ready = Signal()      # x holds a queue entry to examine this cycle
+        x = Signal(W)            # queue read data, registered: the PSN queue spans many BRAMs and their output
+                                 # multiplexer is too deep to feed the comparisons in the same cycle
         sc_phase2 = Signal()
         sc_n1 = Signal(Q.bit_length())
         sc_scanned = Signal(Q.bit_length())
@@ -289,7 +296,6 @@ class ThemisD(wiring.Component):
         same_wrap = Const(sum(1 << d for d in range(1 << W) if d % N == wrap_res), 1 << W)
         e_top_ones = Signal()
 
-        x = q_rd.data
         d = Signal(W)
         m.d.comb += d.eq(x - e_t)
         x_after = (d != 0) & ~d[W - 1]
@@ -328,7 +334,7 @@ class ThemisD(wiring.Component):
                     m.d.sync += [
                         e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
                         e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
-                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), sc_phase2.eq(0),
+                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), sc_ready.eq(0), sc_phase2.eq(0),
                         sc_n1.eq(0), sc_scanned.eq(0),
                     ]
                     m.next = "SCAN"
@@ -357,26 +363,30 @@ class ThemisD(wiring.Component):
                 phase2_next = Signal()
                 verdict_next = Signal(ThemisDVerdict)
                 m.d.comb += [phase2_next.eq(sc_phase2), verdict_next.eq(sc_verdict)]
-                with m.If(sc_pending):
+                m.d.sync += [x.eq(q_rd.data), sc_ready.eq(sc_pending)]
+                with m.If(sc_ready):
                     m.d.sync += sc_scanned.eq(sc_scanned + 1)
                     with m.If(~sc_phase2):
-                        m.d.sync += sc_n1.eq(sc_n1 + 1)
                         with m.If(x_same):
                             m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
                         with m.Elif(x_after):
                             m.d.comb += phase2_next.eq(1)
+                        with m.Else():
+                            # Entries before tPSN are dequeued; tPSN itself stays (see the golden model).
+                            m.d.sync += sc_n1.eq(sc_n1 + 1)
                     with m.Else():
                         with m.If(x_is_e):
                             m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_LATE)]
                         with m.Elif(x_same):
                             m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
                 stop = Signal()
-                m.d.comb += stop.eq(decided | (sc_left == 0))
-                with m.If(~decided & (sc_left == 0)):
+                # The queue is exhausted once nothing is left to read and no read is on its way to x.
+                m.d.comb += stop.eq(decided | ((sc_left == 0) & ~sc_pending))
+                with m.If(~decided & (sc_left == 0) & ~sc_pending):
                     m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED,
                                                     ThemisDVerdict.NACK_NO_TPSN))
                 m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]
-                with m.If(~stop):
+                with m.If(~stop & (sc_left != 0)):
                     m.d.comb += [q_rd.addr.eq(s3_base + sc_pos), q_rd.en.eq(1)]
                     m.d.sync += [
                         sc_pos.eq(Mux(sc_pos == Q - 1, 0, sc_pos + 1)),
@@ -385,6 +395,7 @@ class ThemisD(wiring.Component):
                     ]
                 with m.Else():
                     m.d.sync += sc_pending.eq(0)
+                with m.If(stop):
                     m.next = "DONE"
                 with m.If(can_out):
                     m.d.sync += self.o.valid.eq(0)

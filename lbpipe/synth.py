@@ -317,7 +317,8 @@ def format_markdown(reports, paper=None):
         block_bullets = []
         if report["block"] in paper:
             row, leftover = _paper_row(paper[report["block"]])
-            lines.append("| " + " | ".join(row) + " |")
+            if any(row[1:]):   # a paper with no figure for any column gets no empty row
+                lines.append("| " + " | ".join(row) + " |")
             block_bullets += [f"paper {metric}: {value}" for metric, value in leftover.items()]
         block_bullets += [f"{label}: {text}" for label, text in (report.get("extra") or {}).items()]
         if block_bullets:

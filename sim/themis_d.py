@@ -8,8 +8,10 @@ Choices made where the paper is silent (docs/themis.md explains each):
 * The PSN queue keeps the truncated PSNs (``entry_bits`` low bits) of the last ``queue_depth`` data packets sent to
   the QP's NIC. It is a ring that overwrites its oldest entry when full: that is its steady state, since entries
   leave it only when a NACK's scan consumes them.
-* The NACK scan skips and dequeues entries up to and including the first one after ePSN (the tPSN, as in the paper).
-  If tPSN is on ePSN's path the NACK is valid. Otherwise the scan goes on, without dequeuing, through the entries
+* The NACK scan skips and dequeues the entries before the first one after ePSN (tPSN). tPSN itself stays queued: a
+  later NACK may need it as the evidence that its own ePSN was lost (found by a closed-loop property check: with
+  tPSN dequeued, a lost packet could wait for a second packet on its path). If tPSN is on ePSN's path the NACK is
+  valid. Otherwise the scan goes on, without dequeuing, through the entries
   sent after tPSN: the first of those that is ePSN itself means ePSN was only late (blocked, nothing armed); the first
   that is on ePSN's path and after it means ePSN was lost (valid, forwarded). With neither, the NACK is blocked and
   compensation armed (BePSN, Valid), as in the paper.
@@ -167,19 +169,22 @@ class ThemisD:
         queue = self.queues[item["qp"]]
         pos, left, scanned = flow.head, flow.count, 0
         verdict = None
-        # Phase 1: dequeue up to and including tPSN, the first entry after ePSN.
+        # Phase 1: dequeue the entries before tPSN, the first entry after ePSN. tPSN stays at the head: it may be
+        # the only evidence for a later NACK that its ePSN was lost.
         while left:
             x = queue[pos]
-            pos = (pos + 1) % self.queue_depth
-            left -= 1
             scanned += 1
             if serial_after(x, et, self.entry_bits):
                 verdict = Verdict.NACK_VALID if self._same_path_after(x, e) else Verdict.NACK_BLOCKED
                 break
+            pos = (pos + 1) % self.queue_depth
+            left -= 1
         flow.head, flow.count = pos, left
         if verdict is None:
             verdict = Verdict.NACK_NO_TPSN
         # Phase 2: look, without dequeuing, at what left the ToR after tPSN.
+        if verdict == Verdict.NACK_BLOCKED:
+            pos, left = (pos + 1) % self.queue_depth, left - 1
         while verdict == Verdict.NACK_BLOCKED and left:
             x = queue[pos]
             pos = (pos + 1) % self.queue_depth
@@ -201,5 +206,9 @@ class ThemisD:
     @staticmethod
     def cycles(out):
         """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured:
-        1 for every item but a NACK that scanned, which holds it ``scanned + 3`` cycles."""
-        return out["scanned"] + 3 if out["verdict"] >= Verdict.NACK_VALID else 1
+        1 for every item but a NACK of an active QP, which holds it ``scanned + 4`` cycles (3 for an empty queue):
+        one cycle to read the flow entry, one per queue entry read, two to bring the last read through the
+        registered queue output, one to write back."""
+        if out["verdict"] < Verdict.NACK_VALID:
+            return 1
+        return out["scanned"] + 4 if out["scanned"] else 3
