@@ -18,8 +18,8 @@ NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis
 
 Pipeline: input register, residue stage, read-modify-write stage (flow table read there, written back the same cycle,
 with a transparent read port so the next item sees the write), output register. Data items flow at one per clock. A
-NACK for an active QP holds the read-modify-write stage for ``scanned + 4`` cycles (one queue entry read per cycle;
-3 cycles when the queue is empty);
+NACK for an active QP holds the read-modify-write stage for ``scanned + 6`` cycles (one queue entry read per cycle,
+five stages to a decision; 3 cycles when the queue is empty);
 items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
 """
 
@@ -171,13 +171,13 @@ class ThemisD(wiring.Component):
 
     @staticmethod
     def item_cycles(result):
-        """Cycles an item holds the read-modify-write stage: 1, or for a NACK of an active QP ``scanned + 4``
+        """Cycles an item holds the read-modify-write stage: 1, or for a NACK of an active QP ``scanned + 6``
         (3 when its queue was empty)."""
         nack_verdicts = {ThemisDVerdict.NACK_VALID.value, ThemisDVerdict.NACK_BLOCKED.value,
                          ThemisDVerdict.NACK_LATE.value, ThemisDVerdict.NACK_NO_TPSN.value}
         if result["verdict"] not in nack_verdicts:
             return 1
-        return result["scanned"] + 4 if result["scanned"] else 3
+        return result["scanned"] + 6 if result["scanned"] else 3
 
     def elaborate(self, platform):
         m = Module()
@@ -279,10 +279,18 @@ class ThemisD(wiring.Component):
         sc_entry = Signal(entry_layout)   # the QP's entry as read when the scan began
         sc_pos = Signal(_bits(Q))
         sc_left = Signal(Q.bit_length())
+        # The scan is a pipeline: read, register the read data (the PSN queue spans many BRAMs and their output
+        # multiplexer is deep), distance to ePSN, table look-ups, decision. Each stage has a valid bit.
         sc_pending = Signal()    # a queue read was issued last cycle: its data is on q_rd.data
-        sc_ready = Signal()      # x holds a queue entry to examine this cycle
-        x = Signal(W)            # queue read data, registered: the PSN queue spans many BRAMs and their output
-                                 # multiplexer is too deep to feed the comparisons in the same cycle
+        x = Signal(W)
+        x_valid = Signal()
+        d = Signal(W)
+        d_wraps = Signal()
+        d_valid = Signal()
+        f_after = Signal()       # flags of the entry being decided on
+        f_same = Signal()
+        f_is_e = Signal()
+        f_valid = Signal()
         sc_phase2 = Signal()
         sc_n1 = Signal(Q.bit_length())
         sc_scanned = Signal(Q.bit_length())
@@ -296,17 +304,22 @@ class ThemisD(wiring.Component):
         same_wrap = Const(sum(1 << d for d in range(1 << W) if d % N == wrap_res), 1 << W)
         e_top_ones = Signal()
 
-        d = Signal(W)
-        m.d.comb += d.eq(x - e_t)
-        x_after = (d != 0) & ~d[W - 1]
-        wraps = e_top_ones & (x < e_t)
-        x_same = x_after & Mux(wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))
-        x_is_e = d == 0
+        d_after = (d != 0) & ~d[W - 1]
+        # The scan's data registers load every cycle, whatever the state: only their valid bits are gated, which
+        # keeps the state decode out of the look-up paths.
+        m.d.sync += [
+            x.eq(q_rd.data),
+            d.eq(x - e_t), d_wraps.eq(e_top_ones & (x < e_t)),
+            f_after.eq(d_after), f_is_e.eq(d == 0),
+            f_same.eq(d_after & Mux(d_wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))),
+        ]
 
         new_head_sum = Signal(range(2 * Q))
         m.d.comb += new_head_sum.eq(sc_entry.head + sc_n1)
         nack_entry = Signal(entry_layout)
-        may_update = ~sc_entry.valid | ~_after(sc_entry.bepsn, e_psn, PSN_BITS)
+        # Whether this NACK may change (BePSN, Valid); computed during the scan, registered for the write-back.
+        may_update = Signal()
+        m.d.sync += may_update.eq(~sc_entry.valid | ~_after(sc_entry.bepsn, e_psn, PSN_BITS))
         m.d.comb += [
             nack_entry.eq(sc_entry),
             nack_entry.head.eq(Mux(new_head_sum >= Q, new_head_sum - Q, new_head_sum)),
@@ -334,7 +347,8 @@ class ThemisD(wiring.Component):
                     m.d.sync += [
                         e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
                         e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
-                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), sc_ready.eq(0), sc_phase2.eq(0),
+                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
+                        sc_phase2.eq(0),
                         sc_n1.eq(0), sc_scanned.eq(0),
                     ]
                     m.next = "SCAN"
@@ -363,8 +377,9 @@ class ThemisD(wiring.Component):
                 phase2_next = Signal()
                 verdict_next = Signal(ThemisDVerdict)
                 m.d.comb += [phase2_next.eq(sc_phase2), verdict_next.eq(sc_verdict)]
-                m.d.sync += [x.eq(q_rd.data), sc_ready.eq(sc_pending)]
-                with m.If(sc_ready):
+                m.d.sync += [x_valid.eq(sc_pending), d_valid.eq(x_valid), f_valid.eq(d_valid)]
+                x_same, x_after, x_is_e = f_same, f_after, f_is_e
+                with m.If(f_valid):
                     m.d.sync += sc_scanned.eq(sc_scanned + 1)
                     with m.If(~sc_phase2):
                         with m.If(x_same):
@@ -380,9 +395,10 @@ class ThemisD(wiring.Component):
                         with m.Elif(x_same):
                             m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
                 stop = Signal()
-                # The queue is exhausted once nothing is left to read and no read is on its way to x.
-                m.d.comb += stop.eq(decided | ((sc_left == 0) & ~sc_pending))
-                with m.If(~decided & (sc_left == 0) & ~sc_pending):
+                # The queue is exhausted once nothing is left to read and no entry is on its way to a decision.
+                exhausted = (sc_left == 0) & ~sc_pending & ~x_valid & ~d_valid
+                m.d.comb += stop.eq(decided | exhausted)
+                with m.If(~decided & exhausted):
                     m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED,
                                                     ThemisDVerdict.NACK_NO_TPSN))
                 m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]

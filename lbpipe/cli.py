@@ -119,8 +119,8 @@ def cmd_synth(args):
                                 nolutram=block.synth_nolutram)
         report["block"] = block.name
         report["params"] = params
-        if block.report_extra:
-            report["extra"] = block.report_extra(params, component)
+        report["extra"] = dict(block.report_extra(params, component)) if block.report_extra else {}
+        report["extra"]["Timing proxy"] = _level_verdict(report["logic_levels"])
         reports.append(report)
         if block.paper:
             paper[block.name] = block.paper
@@ -128,6 +128,13 @@ def cmd_synth(args):
     print(pathlib.Path(md).read_text())
     progress.say(f"reports: {md}, {js}")
     return 0
+
+
+def _level_verdict(levels):
+    from .boards.u280 import LEVEL_BUDGET
+    parts = [f"{mhz} MHz ({budget} levels): {'within' if levels <= budget else 'OVER'}"
+             for mhz, budget in sorted(LEVEL_BUDGET.items())]
+    return f"{levels} logic levels on the deepest register-to-register path; budget at " + "; ".join(parts)
 
 
 def cmd_replay(args):

@@ -60,7 +60,7 @@ def _complete_ctl(cmd):
 
 def build_top(block_name, params):
     """The block wrapped with its AXI4-Lite control bridge, as the RTL engine and ``lbpipe verilog`` build it."""
-    from .hdl.top import AxiLiteTop
+    from .boards.top import AxiLiteTop
     block = get_block(block_name)
     return AxiLiteTop(block.build(**block.resolve(params)))
 

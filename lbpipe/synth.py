@@ -41,19 +41,13 @@ from amaranth.back import rtlil
 from . import levels as _levels
 
 
+from .boards.u280 import CAPACITY
+
 __all__ = ["U280", "synthesize", "percent_of_u280", "format_markdown", "write_reports", "FOOTNOTE"]
 
 
 #: Capacity of the xcu280 (Alveo U280). A RAMB18 is half a RAMB36 tile.
-U280 = {
-    "lut": 1303680,
-    "ff": 2607360,
-    "carry8": 162960,
-    "ramb36": 2016,
-    "ramb18": 4032,
-    "uram": 960,
-    "dsp": 9024,
-}
+U280 = dict(CAPACITY)
 
 FOOTNOTE = (
     "LUT counts are Yosys cells (no LUT combining): expect Vivado to report fewer. Logic levels count each LUT, "

@@ -206,9 +206,9 @@ class ThemisD:
     @staticmethod
     def cycles(out):
         """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured:
-        1 for every item but a NACK of an active QP, which holds it ``scanned + 4`` cycles (3 for an empty queue):
-        one cycle to read the flow entry, one per queue entry read, two to bring the last read through the
-        registered queue output, one to write back."""
+        1 for every item but a NACK of an active QP, which holds it ``scanned + 6`` cycles (3 for an empty queue):
+        one cycle to read the flow entry, one per queue entry read, four to bring the last entry read through the
+        scan pipeline (read, registered read data, distance, look-ups) to its decision, one to write back."""
         if out["verdict"] < Verdict.NACK_VALID:
             return 1
-        return out["scanned"] + 4 if out["scanned"] else 3
+        return out["scanned"] + 6 if out["scanned"] else 3

@@ -1,6 +1,6 @@
 """cocotb side of the lbpipe testbench harness, shared by every block.
 
-The DUT is :class:`lbpipe.hdl.top.AxiLiteTop` around a block. :func:`run_trace_test` reads a trace (see
+The DUT is :class:`lbpipe.boards.top.AxiLiteTop` around a block. :func:`run_trace_test` reads a trace (see
 :mod:`lbpipe.trace`) and its settings from the environment that :func:`lbpipe.engine.run_rtl` sets, then:
 
 * writes control commands through cocotbext-axi's ``AxiLiteMaster`` after draining the pipeline;

@@ -9,7 +9,7 @@ metadata streams, whose payload bit layout is the block's layout (first field in
 from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import wiring
 
-from .axil import ControlBridge
+from ..hdl.axil import ControlBridge
 
 __all__ = ["AxiLiteTop"]
 
