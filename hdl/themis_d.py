@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from .control import ControlSignature
 from .meta import PacketKind, PSN_BITS, TAG_BITS
 from .modn import ModN, residue_bits
+from .ring import RingMemory, RingState, ring_base, ring_drop, ring_push
 
 __all__ = ["ThemisD", "ThemisDItem", "ThemisDResult", "ThemisDVerdict", "FlowEntry",
            "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN"]
@@ -91,19 +92,8 @@ def FlowEntry(*, queue_depth, n_paths):
         "valid":  1,
         "bepsn":  PSN_BITS,
         "bres":   residue_bits(n_paths),
-        "head":   _bits(queue_depth),
-        "tail":   _bits(queue_depth),
-        "count":  queue_depth.bit_length(),
+        "ring":   RingState(queue_depth),
     })
-
-
-def _mul_const(value, constant):
-    """``value * constant`` as shifts and adds, so synthesis does not spend a DSP on a constant multiply."""
-    terms = [value << k for k in range(constant.bit_length()) if (constant >> k) & 1]
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
-    return total
 
 
 def _after(a, b, bits):
@@ -169,15 +159,12 @@ class ThemisD(wiring.Component):
         entry = FlowEntry(queue_depth=self._queue_depth, n_paths=self._n_paths).size
         return self._n_qps * (entry + self._queue_depth * self._entry_bits)
 
-    @staticmethod
-    def item_cycles(result):
-        """Cycles an item holds the read-modify-write stage: 1, or for a NACK of an active QP ``scanned + 6``
-        (3 when its queue was empty)."""
-        nack_verdicts = {ThemisDVerdict.NACK_VALID.value, ThemisDVerdict.NACK_BLOCKED.value,
-                         ThemisDVerdict.NACK_LATE.value, ThemisDVerdict.NACK_NO_TPSN.value}
-        if result["verdict"] not in nack_verdicts:
-            return 1
-        return result["scanned"] + 6 if result["scanned"] else 3
+    def item_cycles(self, result):
+        """Cycles an item holds the read-modify-write stage: 1; for a NACK of an active QP ``scanned + 6`` (3 when
+        its queue was empty); 3 for a NACK whose flow-table entry is idle (it goes through the scan state too)."""
+        if result["kind"] == PacketKind.NACK.value and result["qp_hit"] and result["qp"] < self._n_qps:
+            return result["scanned"] + 6 if result["scanned"] else 3
+        return 1
 
     def elaborate(self, platform):
         m = Module()
@@ -188,9 +175,7 @@ class ThemisD(wiring.Component):
         m.submodules.flows = flows = memory.Memory(shape=entry_layout, depth=self._n_qps, init=[])
         flow_wr = flows.write_port()
         flow_rd = flows.read_port(transparent_for=(flow_wr,))
-        m.submodules.queues = queues = memory.Memory(shape=W, depth=self._n_qps * Q, init=[])
-        q_wr = queues.write_port()
-        q_rd = queues.read_port()
+        m.submodules.queues = queues = RingMemory(n_rings=self._n_qps, depth=Q, shape=W)
 
         m.submodules.psn_mod = psn_mod = ModN(width=PSN_BITS, n=N)
 
@@ -216,8 +201,12 @@ class ThemisD(wiring.Component):
         active = Signal()
         m.d.comb += active.eq(s3["valid"] & ~s3["ctl"] & s3["hit"] & fe.active)
         is_data = active & (item.kind == PacketKind.DATA)
+        # Every NACK with a flow-table hit enters the scan state, active QP or not: the stall decision then
+        # depends only on registers (s3_nack), not on the flow table's read data.
+        s3_nack = Signal()
         starts_scan = Signal()
-        m.d.comb += starts_scan.eq(active & (item.kind == PacketKind.NACK))
+        m.d.comb += starts_scan.eq(s3_nack)
+        sc_active = Signal()
 
         # -- front of the pipeline: commands take priority over packets ------------------------------------------
         m.d.comb += [
@@ -241,7 +230,10 @@ class ThemisD(wiring.Component):
                 ]
             for key in ("valid", "ctl", "table", "hit", "item"):
                 m.d.sync += [s2[key].eq(s1[key]), s3[key].eq(s2[key])]
-            m.d.sync += [s3_res.eq(psn_mod.o), s3_base.eq(_mul_const(s2["item"].qp, Q))]
+            m.d.sync += [
+                s3_res.eq(psn_mod.o), s3_base.eq(ring_base(s2["item"].qp, Q)),
+                s3_nack.eq(s2["valid"] & ~s2["ctl"] & s2["hit"] & (s2["item"].kind == PacketKind.NACK)),
+            ]
 
         m.d.comb += [
             flow_rd.addr.eq(Mux(s2["hit"], s2["item"].qp, 0)),
@@ -260,16 +252,14 @@ class ThemisD(wiring.Component):
         psn = item.psn
         cancel = fe.valid & (psn == fe.bepsn)
         comp = fe.valid & ~cancel & _after(psn, fe.bepsn, PSN_BITS) & (s3_res == fe.bres)
-        full = fe.count == Q
-        head_inc = Mux(fe.head == Q - 1, 0, fe.head + 1)
-        tail_inc = Mux(fe.tail == Q - 1, 0, fe.tail + 1)
+        pushed, _ = ring_push(fe.ring, Q, overwrite=True)
         data_entry = Signal(entry_layout)
         m.d.comb += [
             data_entry.eq(fe),
             data_entry.valid.eq(fe.valid & ~cancel & ~comp),
-            data_entry.tail.eq(tail_inc),
-            data_entry.head.eq(Mux(full, head_inc, fe.head)),
-            data_entry.count.eq(Mux(full, fe.count, fe.count + 1)),
+            data_entry.ring.head.eq(pushed["head"]),
+            data_entry.ring.tail.eq(pushed["tail"]),
+            data_entry.ring.count.eq(pushed["count"]),
         ]
 
         # -- NACK scan state ---------------------------------------------------------------------------------------
@@ -281,8 +271,8 @@ class ThemisD(wiring.Component):
         sc_left = Signal(Q.bit_length())
         # The scan is a pipeline: read, register the read data (the PSN queue spans many BRAMs and their output
         # multiplexer is deep), distance to ePSN, table look-ups, decision. Each stage has a valid bit.
-        sc_pending = Signal()    # a queue read was issued last cycle: its data is on q_rd.data
-        x = Signal(W)
+        sc_pending = Signal()    # a queue read was issued last cycle: its data reaches x next cycle
+        x = queues.rd_data       # registered in the ring memory
         x_valid = Signal()
         d = Signal(W)
         d_wraps = Signal()
@@ -308,22 +298,25 @@ class ThemisD(wiring.Component):
         # The scan's data registers load every cycle, whatever the state: only their valid bits are gated, which
         # keeps the state decode out of the look-up paths.
         m.d.sync += [
-            x.eq(q_rd.data),
             d.eq(x - e_t), d_wraps.eq(e_top_ones & (x < e_t)),
             f_after.eq(d_after), f_is_e.eq(d == 0),
             f_same.eq(d_after & Mux(d_wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))),
         ]
 
-        new_head_sum = Signal(range(2 * Q))
-        m.d.comb += new_head_sum.eq(sc_entry.head + sc_n1)
+        # Queue addresses do not depend on the state: only the write enable and the scan's valid bits do.
+        m.d.comb += [
+            queues.wr_base.eq(s3_base), queues.wr_pos.eq(fe.ring.tail), queues.wr_data.eq(psn[:W]),
+            queues.rd_base.eq(s3_base), queues.rd_pos.eq(sc_pos),
+        ]
+        dropped = ring_drop(sc_entry.ring, sc_n1, Q)
         nack_entry = Signal(entry_layout)
         # Whether this NACK may change (BePSN, Valid); computed during the scan, registered for the write-back.
         may_update = Signal()
         m.d.sync += may_update.eq(~sc_entry.valid | ~_after(sc_entry.bepsn, e_psn, PSN_BITS))
         m.d.comb += [
             nack_entry.eq(sc_entry),
-            nack_entry.head.eq(Mux(new_head_sum >= Q, new_head_sum - Q, new_head_sum)),
-            nack_entry.count.eq(sc_entry.count - sc_n1),
+            nack_entry.ring.head.eq(dropped["head"]),
+            nack_entry.ring.count.eq(dropped["count"]),
         ]
         with m.If(may_update):
             with m.If(sc_verdict == ThemisDVerdict.NACK_BLOCKED):
@@ -346,8 +339,10 @@ class ThemisD(wiring.Component):
                 with m.If(starts_scan):
                     m.d.sync += [
                         e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
+                        sc_active.eq(fe.active),
                         e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
-                        sc_pos.eq(fe.head), sc_left.eq(fe.count), sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
+                        sc_pos.eq(fe.ring.head),
+                        sc_left.eq(Mux(fe.active, fe.ring.count, 0)), sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
                         sc_phase2.eq(0),
                         sc_n1.eq(0), sc_scanned.eq(0),
                     ]
@@ -360,7 +355,7 @@ class ThemisD(wiring.Component):
                 with m.Elif(adv & is_data):
                     m.d.comb += [
                         flow_wr.addr.eq(item.qp), flow_wr.data.eq(data_entry), flow_wr.en.eq(1),
-                        q_wr.addr.eq(s3_base + fe.tail), q_wr.data.eq(psn[:W]), q_wr.en.eq(1),
+                        queues.wr_en.eq(1),
                     ]
                 with m.If(can_out):
                     m.d.sync += self.o.valid.eq(adv & s3["valid"] & ~s3["ctl"])
@@ -403,7 +398,6 @@ class ThemisD(wiring.Component):
                                                     ThemisDVerdict.NACK_NO_TPSN))
                 m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]
                 with m.If(~stop & (sc_left != 0)):
-                    m.d.comb += [q_rd.addr.eq(s3_base + sc_pos), q_rd.en.eq(1)]
                     m.d.sync += [
                         sc_pos.eq(Mux(sc_pos == Q - 1, 0, sc_pos + 1)),
                         sc_left.eq(sc_left - 1),
@@ -419,8 +413,12 @@ class ThemisD(wiring.Component):
             with m.State("DONE"):
                 m.d.comb += adv.eq(can_out)
                 with m.If(can_out):
-                    m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(nack_entry), flow_wr.en.eq(1)]
+                    m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(nack_entry), flow_wr.en.eq(sc_active)]
                     drop = (sc_verdict == ThemisDVerdict.NACK_BLOCKED) | (sc_verdict == ThemisDVerdict.NACK_LATE)
-                    m.d.sync += [self.o.valid.eq(1)] + load_out(sc_verdict, drop=drop, scanned=sc_scanned)
+                    m.d.sync += [self.o.valid.eq(1)]
+                    with m.If(sc_active):
+                        m.d.sync += load_out(sc_verdict, drop=drop, scanned=sc_scanned)
+                    with m.Else():
+                        m.d.sync += load_out(ThemisDVerdict.PASS)
                     m.next = "RUN"
         return m

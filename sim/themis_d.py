@@ -25,6 +25,7 @@ import math
 
 from ..hdl.meta import PacketKind, PSN_BITS
 from .psn import psn_after, serial_after
+from .ring import Ring
 
 __all__ = [
     "ThemisD", "Verdict", "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN",
@@ -63,15 +64,14 @@ def paper_memory_bytes(*, n_paths, bw_bps, rtt_last_s, n_nic, n_qp_per_nic, mtu_
 
 
 class _Flow:
-    __slots__ = ("active", "valid", "bepsn", "bres", "head", "count")
+    __slots__ = ("active", "valid", "bepsn", "bres", "queue")
 
-    def __init__(self):
+    def __init__(self, queue_depth):
         self.active = 0
         self.valid = 0
         self.bepsn = 0
         self.bres = 0
-        self.head = 0
-        self.count = 0
+        self.queue = Ring(queue_depth)
 
 
 class ThemisD:
@@ -100,8 +100,7 @@ class ThemisD:
 
     def reset(self):
         """Hardware reset: every QP idle, every queue empty, compensation disarmed."""
-        self.flows = [_Flow() for _ in range(self.n_qps)]
-        self.queues = [[0] * self.queue_depth for _ in range(self.n_qps)]
+        self.flows = [_Flow(self.queue_depth) for _ in range(self.n_qps)]
 
     # -- control -------------------------------------------------------------------------------------------------
 
@@ -111,10 +110,10 @@ class ThemisD:
         if cmd["index"] >= self.n_qps:
             return
         if cmd["table"] == TABLE_QP_SETUP:
-            self.flows[cmd["index"]] = _Flow()
+            self.flows[cmd["index"]] = _Flow(self.queue_depth)
             self.flows[cmd["index"]].active = 1
         elif cmd["table"] == TABLE_QP_TEARDOWN:
-            self.flows[cmd["index"]] = _Flow()
+            self.flows[cmd["index"]] = _Flow(self.queue_depth)
 
     # -- data path -----------------------------------------------------------------------------------------------
 
@@ -147,13 +146,7 @@ class ThemisD:
             elif psn_after(psn, flow.bepsn) and psn % self.n_paths == flow.bres:
                 flow.valid = 0
                 out.update(comp=1, comp_psn=flow.bepsn, verdict=Verdict.DATA_COMP)
-        queue = self.queues[item["qp"]]
-        tail = (flow.head + flow.count) % self.queue_depth
-        queue[tail] = psn & self._mask
-        if flow.count == self.queue_depth:
-            flow.head = (flow.head + 1) % self.queue_depth
-        else:
-            flow.count += 1
+        flow.queue.push(psn & self._mask, overwrite=True)
 
     def _same_path_after(self, x, e):
         """Entry ``x`` is after ePSN ``e`` (a full PSN) and Themis-S sent it on ePSN's path. The entry's full PSN is
@@ -166,29 +159,24 @@ class ThemisD:
     def _nack(self, item, flow, out):
         e = item["psn"]
         et = e & self._mask
-        queue = self.queues[item["qp"]]
-        pos, left, scanned = flow.head, flow.count, 0
+        queue = flow.queue
         verdict = None
         # Phase 1: dequeue the entries before tPSN, the first entry after ePSN. tPSN stays at the head: it may be
         # the only evidence for a later NACK that its ePSN was lost.
-        while left:
-            x = queue[pos]
-            scanned += 1
-            if serial_after(x, et, self.entry_bits):
-                verdict = Verdict.NACK_VALID if self._same_path_after(x, e) else Verdict.NACK_BLOCKED
-                break
-            pos = (pos + 1) % self.queue_depth
-            left -= 1
-        flow.head, flow.count = pos, left
-        if verdict is None:
+        t = next((i for i in range(len(queue)) if serial_after(queue[i], et, self.entry_bits)), None)
+        if t is None:
+            scanned = len(queue)
+            queue.drop(len(queue))
             verdict = Verdict.NACK_NO_TPSN
+        else:
+            scanned = t + 1
+            queue.drop(t)
+            verdict = Verdict.NACK_VALID if self._same_path_after(queue[0], e) else Verdict.NACK_BLOCKED
         # Phase 2: look, without dequeuing, at what left the ToR after tPSN.
-        if verdict == Verdict.NACK_BLOCKED:
-            pos, left = (pos + 1) % self.queue_depth, left - 1
-        while verdict == Verdict.NACK_BLOCKED and left:
-            x = queue[pos]
-            pos = (pos + 1) % self.queue_depth
-            left -= 1
+        i = 1
+        while verdict == Verdict.NACK_BLOCKED and i < len(queue):
+            x = queue[i]
+            i += 1
             scanned += 1
             if x == et:
                 verdict = Verdict.NACK_LATE
@@ -203,12 +191,14 @@ class ThemisD:
         out["drop"] = int(verdict in (Verdict.NACK_BLOCKED, Verdict.NACK_LATE))
         out["scanned"] = scanned
 
-    @staticmethod
-    def cycles(out):
-        """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured:
-        1 for every item but a NACK of an active QP, which holds it ``scanned + 6`` cycles (3 for an empty queue):
-        one cycle to read the flow entry, one per queue entry read, four to bring the last entry read through the
-        scan pipeline (read, registered read data, distance, look-ups) to its decision, one to write back."""
-        if out["verdict"] < Verdict.NACK_VALID:
-            return 1
-        return out["scanned"] + 6 if out["scanned"] else 3
+    def cycles(self, out):
+        """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured.
+
+        1 for every item but a NACK with a flow-table hit: a NACK of an active QP holds it ``scanned + 6`` cycles
+        (3 for an empty queue): one cycle to read the flow entry, one per queue entry read, four to bring the last
+        entry read through the scan pipeline (read, registered read data, distance, look-ups) to its decision, one to
+        write back. A NACK whose entry is idle also goes through the scan state: 3 cycles.
+        """
+        if out["kind"] == PacketKind.NACK.value and out["qp_hit"] and out["qp"] < self.n_qps:
+            return out["scanned"] + 6 if out["scanned"] else 3
+        return 1

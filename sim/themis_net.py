@@ -361,7 +361,7 @@ def _check_scan_window(sc, themis_d, shadow, item, info, window):
     """Before a NIC NACK is handled: check the entry_bits assumption and note how the scan relates to the real
     tPSN (overwritten, dequeued by an earlier scan, or misidentified)."""
     q, e = item["qp"], item["psn"]
-    live = list(shadow[q])[len(shadow[q]) - themis_d.flows[q].count:]
+    live = list(shadow[q])[len(shadow[q]) - themis_d.flows[q].queue.count:]
     for psn, _ in live:
         if not (psn_sub(psn, e) < window or psn_sub(e, psn) < window):
             sc.warnings.append(f"NACK item {len(sc.info)} (QP {q}, ePSN {e}, t={info['t']}): entry_bits "

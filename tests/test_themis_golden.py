@@ -119,7 +119,7 @@ def test_paper_figure4_tpsn_before_late_packet_arrives(base):
     assert (nack2["drop"], nack2["verdict"], nack2["scanned"]) == (1, Verdict.NACK_BLOCKED, 3)
     assert (late2["comp"], late2["verdict"]) == (0, Verdict.DATA_CANCEL)
     assert (nack4["drop"], nack4["verdict"], nack4["scanned"]) == (0, Verdict.NACK_VALID, 3)
-    assert model.flows[0].count == 1           # each scan kept its tPSN; NACK(4)'s, 6, is all that is left
+    assert model.flows[0].queue.count == 1           # each scan kept its tPSN; NACK(4)'s, 6, is all that is left
 
 
 @pytest.mark.parametrize("base", BASES)
@@ -134,7 +134,7 @@ def test_paper_figure4_all_four_enqueued(base):
     assert (nack2["drop"], nack2["verdict"], nack2["scanned"]) == (1, Verdict.NACK_LATE, 4)
     assert outs[5]["comp"] == 0                # nothing armed, so 6 raises no compensation
     assert (nack4["drop"], nack4["verdict"], nack4["scanned"]) == (0, Verdict.NACK_VALID, 3)
-    assert model.flows[0].count == 1           # only tPSN 6 is left
+    assert model.flows[0].queue.count == 1           # only tPSN 6 is left
 
 
 @pytest.mark.parametrize("base", BASES)
@@ -160,7 +160,7 @@ def test_extended_scan_valid_on_later_same_path_packet(base):
     outs = _run(model, [("d", 0), ("d", 1), ("d", 3), ("d", 4), ("n", 2), ("d", 6)], base)
     assert (outs[4]["drop"], outs[4]["verdict"], outs[4]["scanned"]) == (0, Verdict.NACK_VALID, 4)
     # Phase 1 dequeues 0 and 1 only; tPSN 3 and the 4 phase 2 read stay, and 6 joins them.
-    assert model.flows[0].count == 3
+    assert model.flows[0].queue.count == 3
     assert outs[5]["comp"] == 0
 
 
@@ -190,7 +190,7 @@ def test_no_tpsn_when_nothing_after_epsn():
     model = _themis_d()
     nack = _run(model, [("d", 0), ("d", 1), ("n", 2)])[-1]
     assert (nack["verdict"], nack["drop"], nack["scanned"]) == (Verdict.NACK_NO_TPSN, 0, 2)
-    assert model.flows[0].count == 0
+    assert model.flows[0].queue.count == 0
 
 
 def test_paths_across_wrap_not_power_of_two():
@@ -217,7 +217,7 @@ def test_queue_overflow_keeps_newest_entries():
     scan stops there, one entry read and none dequeued (6 is tPSN, and stays)."""
     model = _themis_d(queue_depth=4)
     outs = _run(model, [("d", p) for p in (0, 1) + tuple(range(3, 10))] + [("n", 2)])
-    assert (model.flows[0].count, outs[-1]["verdict"], outs[-1]["drop"], outs[-1]["scanned"]) == \
+    assert (model.flows[0].queue.count, outs[-1]["verdict"], outs[-1]["drop"], outs[-1]["scanned"]) == \
         (4, Verdict.NACK_VALID, 0, 1)
 
 
@@ -227,7 +227,7 @@ def test_queue_overflow_lost_tpsn_forwarded_never_blocked():
     model = _themis_d(queue_depth=4)
     outs = _run(model, [("d", 5), ("d", 6), ("d", 8), ("d", 0), ("d", 1), ("d", 2), ("d", 3), ("n", 7)])
     assert (outs[-1]["verdict"], outs[-1]["drop"], outs[-1]["scanned"]) == (Verdict.NACK_NO_TPSN, 0, 4)
-    assert model.flows[0].valid == 0 and model.flows[0].count == 0
+    assert model.flows[0].valid == 0 and model.flows[0].queue.count == 0
 
 
 def test_stale_nack_does_not_disarm_compensation():
@@ -472,7 +472,7 @@ def test_p2_tpsn_kept_for_a_later_nack():
     assert (outs[2]["verdict"], outs[2]["drop"], outs[2]["scanned"]) == (Verdict.NACK_LATE, 1, 2)
     assert (outs[4]["verdict"], outs[4]["drop"], outs[4]["scanned"]) == (Verdict.NACK_VALID, 0, 1)
     assert (outs[5]["comp"], outs[5]["verdict"]) == (0, Verdict.DATA)      # nothing armed, nothing to compensate
-    assert model.flows[0].count == 4           # no scan dequeued anything: 3, 0, 2, 5
+    assert model.flows[0].queue.count == 4           # no scan dequeued anything: 3, 0, 2, 5
 
 
 @pytest.mark.regression
