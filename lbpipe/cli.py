@@ -164,6 +164,27 @@ def cmd_replay(args):
     return 0
 
 
+def cmd_bench(args):
+    from .bench import format_bench, run_bench
+    blocks = _selected(args.block)
+    if args.param and len(blocks) > 1:
+        raise SystemExit("--param applies to one block, not 'all'")
+    results = []
+    progress = Progress(len(blocks))
+    for block in blocks:
+        with progress.step(f"{block.name}: RTL throughput scenarios"):
+            results += run_bench(block.name, parse_params(block, args.param))
+    text = format_bench(results)
+    print(text)
+    if args.output:
+        out = pathlib.Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.md").write_text(text)
+        (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")
+        progress.say(f"benchmarks: {out / 'bench.md'}, {out / 'bench.json'}")
+    return 0
+
+
 def cmd_trace(args):
     from .sim.traffic import TRACES
     from .trace import write_events
@@ -196,6 +217,11 @@ def _parser():
     add_common(p)
     p.add_argument("-o", "--output", default="build/reports", help="report directory (default build/reports)")
     p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")
+    add_common(p)
+    p.add_argument("-o", "--output", help="also write bench.md and bench.json here")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("trace", help="write a seeded random trace for a block (input for replay)")
     add_common(p, allow_all=False)

@@ -67,3 +67,10 @@ def test_synth_prints_the_table(tmp_path, capsys):
     assert "| `themis-s` |" in out and "Logic levels" in out and "Timing proxy" in out
     report = json.loads((tmp_path / "synth.json").read_text())[0]
     assert report["params"]["n_paths"] == 16 and report["lut"] > 0 and report["ff"] > 0
+
+
+def test_bench_measures_one_item_per_clock(tmp_path, capsys):
+    assert main(["bench", "themis-s", "--param", "n_paths=5", "-o", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert results[0]["scenario"] == "back-to-back data" and results[0]["items_per_clock"] == 1.0
+    assert "| `themis-s` | back-to-back data |" in capsys.readouterr().out
