@@ -249,6 +249,18 @@ def _timing_errors(tb, events, expected, model):
     return errors
 
 
+class _SkewedTiming:
+    """A golden model whose timing prediction is one cycle off for one item (harness self-test)."""
+
+    def __init__(self, model, victim):
+        self._model = model
+        self._victim = victim
+
+    def cycles(self, item):
+        base = self._model.cycles(item) if hasattr(self._model, "cycles") else 1
+        return base + (item is self._victim)
+
+
 def _segments(events):
     sizes, run = [], 0
     for event in events:
@@ -263,13 +275,20 @@ def _segments(events):
     return sizes
 
 
-async def run_trace_test(dut):
-    """The generic trace test: drive the trace, scoreboard against the golden model, record outputs and stats."""
+async def run_trace_test(dut, *, corrupt=None):
+    """The generic trace test: drive the trace, scoreboard against the golden model, record outputs and stats.
+
+    ``corrupt`` is for the harness's own tests, which must see it fail: ``"output"`` flips a bit of one expected
+    output, ``"timing"`` shifts one predicted output cycle.
+    """
     from ..engine import run_golden
     s = settings_from_env()
     block, params = s["block"], s["params"]
     events = read_events(s["trace"])
     expected = run_golden(block.name, params, events) if s["compare"] else []
+    if corrupt == "output":
+        victim = expected[len(expected) // 2]
+        victim["tag"] ^= 1
     board = Scoreboard(expected) if s["compare"] else None
     tb = TB(dut, block, params, idle=s["idle"], backpressure=s["backpressure"], seed=s["seed"], on_item=board)
     await tb.reset()
@@ -300,7 +319,10 @@ async def run_trace_test(dut):
         if board.index != len(expected):
             errors.append(f"received {board.index} items, golden model produced {len(expected)}")
         if not s["idle"] and not s["backpressure"] and not board.mismatches:
-            errors += _timing_errors(tb, events, expected, block.golden(**params))[:10]
+            model = block.golden(**params)
+            if corrupt == "timing":
+                model = _SkewedTiming(model, expected[-1])
+            errors += _timing_errors(tb, events, expected, model)[:10]
     stats["errors"] = len(errors)
     if s["stats"]:
         with open(s["stats"], "w") as f:

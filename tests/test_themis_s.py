@@ -105,6 +105,15 @@ def test_throughput_one_item_per_clock():
     assert stats["items_per_clock"] == 1.0
 
 
+@pytest.mark.parametrize("testcase", ["harness_catches_a_wrong_output", "harness_catches_a_wrong_cycle"])
+def test_harness_can_fail(testcase):
+    """The scoreboard and the timing check fail on a wrong expectation (the cocotb tests expect the failure)."""
+    params = dict(n_paths=5, mode="port", hash_bits=16)
+    events = _pathmap_events(list(range(5)))
+    events += [{"item": {"kind": DATA, "psn": k, "flow_hash": 7, "udp_sport": 1, "tag": k}} for k in range(40)]
+    run_rtl("themis-s", params, events, testcase=testcase)
+
+
 def test_reset_mid_traffic():
     params = PARAMS[1]
     run_rtl("themis-s", params, themis_s_trace(4, 300, **params), testcase="reset_mid_traffic", idle=0.2,
