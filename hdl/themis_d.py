@@ -174,7 +174,9 @@ class ThemisD(wiring.Component):
 
         m.submodules.flows = flows = memory.Memory(shape=entry_layout, depth=self._n_qps, init=[])
         flow_wr = flows.write_port()
-        flow_rd = flows.read_port(transparent_for=(flow_wr,))
+        # Not transparent: the read-modify-write stage forwards the one write it can miss itself (below), so that
+        # the compensation test runs on the memory data and the forwarded entry in parallel.
+        flow_rd = flows.read_port()
         m.submodules.queues = queues = RingMemory(n_rings=self._n_qps, depth=Q, shape=W)
 
         m.submodules.psn_mod = psn_mod = ModN(width=PSN_BITS, n=N)
@@ -192,11 +194,36 @@ class ThemisD(wiring.Component):
         s3_res = Signal(residue_bits(N))
         s3_base = Signal(range(max(2, self._n_qps * Q)))
 
+        # Results go through a two-entry skid buffer whose head is the output register. The pipeline advances
+        # while the buffer has room, a registered fact, so neither out.ready nor out.valid reaches the pipeline's
+        # enables (their fan-out is every stage register). Unthrottled, the buffer never holds more than one item.
         can_out = Signal()
+        produce = Signal()
+        result = Signal(ThemisDResult(n_qps=self._n_qps, queue_depth=Q))
+        skid_count = Signal(range(3))
+        skid1 = Signal.like(result)
+        pop = self.o.valid & self.o.ready
+        m.d.comb += [self.o.valid.eq(skid_count != 0), can_out.eq(skid_count != 2)]
+        with m.Switch(Cat(produce, pop)):
+            with m.Case(0b01):      # produce only
+                with m.If(skid_count == 0):
+                    m.d.sync += self.o.payload.eq(result)
+                with m.Else():
+                    m.d.sync += skid1.eq(result)
+                m.d.sync += skid_count.eq(skid_count + 1)
+            with m.Case(0b10):      # pop only
+                m.d.sync += [self.o.payload.eq(skid1), skid_count.eq(skid_count - 1)]
+            with m.Case(0b11):      # both: skid_count is 1 here (2 would not produce, 0 would not pop)
+                m.d.sync += self.o.payload.eq(result)
         adv = Signal()
-        m.d.comb += can_out.eq(~self.o.valid | self.o.ready)
 
-        fe = flow_rd.data
+        # The entry as the item must see it: the memory's, or the one written in the cycle the item's read was
+        # issued (a read-before-write memory misses that write). ``fwd`` is decided a cycle early, from addresses
+        # in registers.
+        fwd = Signal()
+        last_wr = Signal(entry_layout)
+        fe = Signal(entry_layout)
+        m.d.comb += fe.eq(Mux(fwd, last_wr, flow_rd.data))
         item = s3["item"]
         active = Signal()
         m.d.comb += active.eq(s3["valid"] & ~s3["ctl"] & s3["hit"] & fe.active)
@@ -204,6 +231,9 @@ class ThemisD(wiring.Component):
         # Every NACK with a flow-table hit enters the scan state, active QP or not: the stall decision then
         # depends only on registers (s3_nack), not on the flow table's read data.
         s3_nack = Signal()
+        s3_data = Signal()      # a data packet with a flow-table hit (active entry or not)
+        s3_setup = Signal()
+        s3_teardown = Signal()
         starts_scan = Signal()
         m.d.comb += starts_scan.eq(s3_nack)
         sc_active = Signal()
@@ -233,6 +263,9 @@ class ThemisD(wiring.Component):
             m.d.sync += [
                 s3_res.eq(psn_mod.o), s3_base.eq(ring_base(s2["item"].qp, Q)),
                 s3_nack.eq(s2["valid"] & ~s2["ctl"] & s2["hit"] & (s2["item"].kind == PacketKind.NACK)),
+                s3_data.eq(s2["valid"] & ~s2["ctl"] & s2["hit"] & (s2["item"].kind == PacketKind.DATA)),
+                s3_setup.eq(s2["valid"] & s2["ctl"] & s2["hit"] & (s2["table"] == TABLE_QP_SETUP)),
+                s3_teardown.eq(s2["valid"] & s2["ctl"] & s2["hit"] & (s2["table"] == TABLE_QP_TEARDOWN)),
             ]
 
         m.d.comb += [
@@ -240,7 +273,7 @@ class ThemisD(wiring.Component):
             flow_rd.en.eq(adv),
         ]
 
-        out = self.o.payload
+        out = result
         def load_out(verdict, drop=0, comp=0, comp_psn=0, scanned=0):
             return [
                 out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
@@ -250,8 +283,18 @@ class ThemisD(wiring.Component):
 
         # -- data packet: compensation check and enqueue -----------------------------------------------------------
         psn = item.psn
-        cancel = fe.valid & (psn == fe.bepsn)
-        comp = fe.valid & ~cancel & _after(psn, fe.bepsn, PSN_BITS) & (s3_res == fe.bres)
+        # "After BePSN" is 0 < psn - BePSN < 2**23; with psn == BePSN tested in parallel by equality, only the
+        # sign of the difference is left after the carry chain. The test runs on both candidate entries and the
+        # forwarding choice comes last, off the carry chain's path.
+        def compensation(entry):
+            cancel = entry.valid & (psn == entry.bepsn)
+            comp = entry.valid & ~cancel & ~(psn - entry.bepsn)[PSN_BITS - 1] & (s3_res == entry.bres)
+            return cancel, comp
+        cancel_mem, comp_mem = compensation(flow_rd.data)
+        cancel_fwd, comp_fwd = compensation(last_wr)
+        cancel = Signal()
+        comp = Signal()
+        m.d.comb += [cancel.eq(Mux(fwd, cancel_fwd, cancel_mem)), comp.eq(Mux(fwd, comp_fwd, comp_mem))]
         pushed, _ = ring_push(fe.ring, Q, overwrite=True)
         data_entry = Signal(entry_layout)
         m.d.comb += [
@@ -325,6 +368,7 @@ class ThemisD(wiring.Component):
                 m.d.comb += nack_entry.valid.eq(0)
 
         clr_addr = Signal(qb)
+        m.d.comb += flow_wr.addr.eq(item.qp)
 
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
@@ -347,25 +391,25 @@ class ThemisD(wiring.Component):
                         sc_n1.eq(0), sc_scanned.eq(0),
                     ]
                     m.next = "SCAN"
-                with m.Elif(adv & s3["valid"] & s3["ctl"] & s3["hit"]):
-                    with m.If(s3["table"] == TABLE_QP_SETUP):
-                        m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(1), flow_wr.en.eq(1)]
-                    with m.Elif(s3["table"] == TABLE_QP_TEARDOWN):
-                        m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(0), flow_wr.en.eq(1)]
-                with m.Elif(adv & is_data):
-                    m.d.comb += [
-                        flow_wr.addr.eq(item.qp), flow_wr.data.eq(data_entry), flow_wr.en.eq(1),
-                        queues.wr_en.eq(1),
-                    ]
-                with m.If(can_out):
-                    m.d.sync += self.o.valid.eq(adv & s3["valid"] & ~s3["ctl"])
-                    with m.If(is_data):
-                        m.d.sync += load_out(
-                            Mux(cancel, ThemisDVerdict.DATA_CANCEL,
-                                Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
-                            comp=comp, comp_psn=Mux(comp, fe.bepsn, 0))
-                    with m.Else():
-                        m.d.sync += load_out(ThemisDVerdict.PASS)
+                # The write's enable and data selection come from registered flags only. A data packet of an idle
+                # entry updates that entry's ring too: harmless, as set-up empties the ring and the entry stays idle
+                # (its Valid is 0, so no compensation); its output still says PASS.
+                with m.If(s3_setup):
+                    m.d.comb += flow_wr.data.eq(1)
+                with m.Elif(s3_data):
+                    m.d.comb += flow_wr.data.eq(data_entry)
+                m.d.comb += [
+                    flow_wr.en.eq(adv & (s3_setup | s3_teardown | s3_data)),
+                    queues.wr_en.eq(adv & s3_data),
+                ]
+                m.d.comb += produce.eq(adv & s3["valid"] & ~s3["ctl"])
+                with m.If(is_data):
+                    m.d.comb += load_out(
+                        Mux(cancel, ThemisDVerdict.DATA_CANCEL,
+                            Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
+                        comp=comp, comp_psn=Mux(comp, fe.bepsn, 0))
+                with m.Else():
+                    m.d.comb += load_out(ThemisDVerdict.PASS)
 
             with m.State("SCAN"):
                 decided = Signal()
@@ -407,18 +451,23 @@ class ThemisD(wiring.Component):
                     m.d.sync += sc_pending.eq(0)
                 with m.If(stop):
                     m.next = "DONE"
-                with m.If(can_out):
-                    m.d.sync += self.o.valid.eq(0)
 
             with m.State("DONE"):
                 m.d.comb += adv.eq(can_out)
                 with m.If(can_out):
-                    m.d.comb += [flow_wr.addr.eq(item.qp), flow_wr.data.eq(nack_entry), flow_wr.en.eq(sc_active)]
+                    m.d.comb += [flow_wr.data.eq(nack_entry), flow_wr.en.eq(sc_active)]
                     drop = (sc_verdict == ThemisDVerdict.NACK_BLOCKED) | (sc_verdict == ThemisDVerdict.NACK_LATE)
-                    m.d.sync += [self.o.valid.eq(1)]
+                    m.d.comb += produce.eq(1)
                     with m.If(sc_active):
-                        m.d.sync += load_out(sc_verdict, drop=drop, scanned=sc_scanned)
+                        m.d.comb += load_out(sc_verdict, drop=drop, scanned=sc_scanned)
                     with m.Else():
-                        m.d.sync += load_out(ThemisDVerdict.PASS)
+                        m.d.comb += load_out(ThemisDVerdict.PASS)
                     m.next = "RUN"
+        # The next item to enter the read-modify-write stage has its flow read issued in a cycle where the pipeline
+        # advances; if a write happens in that same cycle to the same entry, the read misses it: remember it.
+        with m.If(adv):
+            m.d.sync += [
+                fwd.eq(flow_wr.en & s2["hit"] & (flow_wr.addr == s2["item"].qp)),
+                last_wr.eq(flow_wr.data),
+            ]
         return m
