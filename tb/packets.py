@@ -568,7 +568,8 @@ def rewrite_udp_sport(frame, sport_xor):
     crc(0)``, so the change is the CRC of a zero pseudo-packet holding only ``sport_xor`` at the source port's place,
     a function of ``sport_xor`` and the distance from the port to the end of the packet (a hardware deparser
     applies it with a per-distance matrix; here it is computed directly). A non-zero UDP checksum is updated as RFC
-    1624 describes; a zero one stays zero.
+    1624 describes, for the port and for the ICRC, which it covers (so the ICRC must be known first); a zero one
+    stays zero.
 
     Parameters
     ----------
@@ -594,23 +595,36 @@ def rewrite_udp_sport(frame, sport_xor):
         where = _locate(bytes(data))
     except _Malformed:
         raise ValueError("not a whole RoCEv2 frame") from None
+    old = bytes(data)
     old_port, chksum = struct.unpack_from("!H4xH", data, where.udp)
-    new_port = old_port ^ sport_xor
-    struct.pack_into("!H", data, where.udp, new_port)
-    if chksum:
-        # RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), in ones' complement; a computed 0 is sent as 0xFFFF.
-        total = (~chksum & 0xFFFF) + (~old_port & 0xFFFF) + new_port
-        while total >> 16:
-            total = (total & 0xFFFF) + (total >> 16)
-        struct.pack_into("!H", data, where.udp + 6, (~total & 0xFFFF) or 0xFFFF)
+    struct.pack_into("!H", data, where.udp, old_port ^ sport_xor)
     length = 8 + (where.icrc - where.l3)
     at = 8 + (where.udp - where.l3)
     delta = bytearray(length)
     delta[at:at + 2] = sport_xor.to_bytes(2, "big")
-    (old,) = struct.unpack_from("<I", data, where.icrc)
-    new = old ^ zlib.crc32(bytes(delta)) ^ zlib.crc32(bytes(length))
-    struct.pack_into("<I", data, where.icrc, new)
+    (old_icrc,) = struct.unpack_from("<I", data, where.icrc)
+    new_icrc = old_icrc ^ zlib.crc32(bytes(delta)) ^ zlib.crc32(bytes(length))
+    struct.pack_into("<I", data, where.icrc, new_icrc)
+    if chksum:
+        # The checksum covers the whole UDP payload, so both the port and the ICRC changed under it.
+        changed = [(where.udp, 2), (where.icrc, _ICRC_LEN)]
+        struct.pack_into("!H", data, where.udp + 6, _checksum_update(chksum, old, data, where.udp, where.end, changed))
     return bytes(data)
+
+
+def _checksum_update(chksum, old, new, start, end, changed):
+    """RFC 1624 eqn. 3, ``HC' = ~(~HC + ~m + m')``, over the 16-bit words that hold the ``changed`` (offset,
+    length) byte ranges. Words are counted from ``start`` (the UDP header) up to ``end``, where an odd last byte is
+    padded with zero, so a range may sit at any offset. A computed 0 is sent as 0xFFFF (RFC 768)."""
+    words = sorted({start + ((at - start) & ~1) for offset, length in changed for at in range(offset, offset + length)})
+    total = ~chksum & 0xFFFF
+    for at in words:
+        m = int.from_bytes(bytes(old[at:min(at + 2, end)]).ljust(2, b"\0"), "big")
+        m_new = int.from_bytes(bytes(new[at:min(at + 2, end)]).ljust(2, b"\0"), "big")
+        total += (~m & 0xFFFF) + m_new
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return (~total & 0xFFFF) or 0xFFFF
 
 
 # -- QP classifier model ----------------------------------------------------------------------------------------------
