@@ -57,29 +57,33 @@ def _bits(n):
 
 def ThemisDItem(*, n_qps):
     """Input metadata: ``qp`` is the flow-table index found by the upstream QP classifier, ``qp_hit`` its hit flag;
-    ``psn`` is the BTH PSN (for a NACK, the NIC's ePSN)."""
+    ``psn`` is the BTH PSN (for a NACK, the NIC's ePSN); ``msn`` a NACK's AETH MSN (kept with a blocked NACK so a
+    compensation NACK carries the MSN the NIC would have sent)."""
     return data.StructLayout({
         "kind":   PacketKind,
         "qp_hit": 1,
         "qp":     _bits(n_qps),
         "psn":    PSN_BITS,
+        "msn":    24,
         "tag":    TAG_BITS,
     })
 
 
 def ThemisDResult(*, n_qps, queue_depth):
-    """Output metadata: the input fields and the decision. ``drop`` marks a blocked NACK; ``comp``/``comp_psn``
-    ask the deparser to also send a NACK for ``comp_psn`` to the QP's sender; ``scanned`` counts the PSN-queue
-    entries the NACK's scan read."""
+    """Output metadata: the input fields and the decision. ``drop`` marks a blocked NACK; ``comp``/``comp_psn``/
+    ``comp_msn`` ask the deparser to also send a NACK for ``comp_psn`` with MSN ``comp_msn`` to the QP's sender;
+    ``scanned`` counts the PSN-queue entries the NACK's scan read."""
     return data.StructLayout({
         "kind":     PacketKind,
         "qp_hit":   1,
         "qp":       _bits(n_qps),
         "psn":      PSN_BITS,
+        "msn":      24,
         "tag":      TAG_BITS,
         "drop":     1,
         "comp":     1,
         "comp_psn": PSN_BITS,
+        "comp_msn": 24,
         "verdict":  ThemisDVerdict,
         "scanned":  queue_depth.bit_length(),
     })
@@ -92,6 +96,7 @@ def FlowEntry(*, queue_depth, n_paths):
         "valid":  1,
         "bepsn":  PSN_BITS,
         "bres":   residue_bits(n_paths),
+        "bmsn":   24,
         "ring":   RingState(queue_depth),
     })
 
@@ -274,11 +279,11 @@ class ThemisD(wiring.Component):
         ]
 
         out = result
-        def load_out(verdict, drop=0, comp=0, comp_psn=0, scanned=0):
+        def load_out(verdict, drop=0, comp=0, comp_psn=0, comp_msn=0, scanned=0):
             return [
                 out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
-                out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop), out.comp.eq(comp),
-                out.comp_psn.eq(comp_psn), out.scanned.eq(scanned),
+                out.msn.eq(item.msn), out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop),
+                out.comp.eq(comp), out.comp_psn.eq(comp_psn), out.comp_msn.eq(comp_msn), out.scanned.eq(scanned),
             ]
 
         # -- data packet: compensation check and enqueue -----------------------------------------------------------
@@ -308,6 +313,7 @@ class ThemisD(wiring.Component):
         # -- NACK scan state ---------------------------------------------------------------------------------------
         e_t = Signal(W)          # ePSN truncated to an entry
         e_psn = Signal(PSN_BITS)
+        e_msn = Signal(24)
         e_res = Signal(residue_bits(N))
         sc_entry = Signal(entry_layout)   # the QP's entry as read when the scan began
         sc_pos = Signal(_bits(Q))
@@ -363,7 +369,8 @@ class ThemisD(wiring.Component):
         ]
         with m.If(may_update):
             with m.If(sc_verdict == ThemisDVerdict.NACK_BLOCKED):
-                m.d.comb += [nack_entry.valid.eq(1), nack_entry.bepsn.eq(e_psn), nack_entry.bres.eq(e_res)]
+                m.d.comb += [nack_entry.valid.eq(1), nack_entry.bepsn.eq(e_psn), nack_entry.bres.eq(e_res),
+                             nack_entry.bmsn.eq(e_msn)]
             with m.Else():
                 m.d.comb += nack_entry.valid.eq(0)
 
@@ -382,7 +389,7 @@ class ThemisD(wiring.Component):
                 m.d.comb += adv.eq(can_out & ~starts_scan)
                 with m.If(starts_scan):
                     m.d.sync += [
-                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_res.eq(s3_res), sc_entry.eq(fe),
+                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_msn.eq(item.msn), e_res.eq(s3_res), sc_entry.eq(fe),
                         sc_active.eq(fe.active),
                         e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
                         sc_pos.eq(fe.ring.head),
@@ -407,7 +414,7 @@ class ThemisD(wiring.Component):
                     m.d.comb += load_out(
                         Mux(cancel, ThemisDVerdict.DATA_CANCEL,
                             Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
-                        comp=comp, comp_psn=Mux(comp, fe.bepsn, 0))
+                        comp=comp, comp_psn=Mux(comp, fe.bepsn, 0), comp_msn=Mux(comp, fe.bmsn, 0))
                 with m.Else():
                     m.d.comb += load_out(ThemisDVerdict.PASS)
 

@@ -32,6 +32,9 @@ __all__ = [
     "psn_queue_entries", "paper_memory_bytes", "REFERENCE",
 ]
 
+#: The fields of ``ThemisDItem``, in layout order.
+INPUT_FIELDS = ("kind", "qp_hit", "qp", "psn", "msn", "tag")
+
 TABLE_QP_SETUP = 0
 TABLE_QP_TEARDOWN = 1
 
@@ -64,13 +67,14 @@ def paper_memory_bytes(*, n_paths, bw_bps, rtt_last_s, n_nic, n_qp_per_nic, mtu_
 
 
 class _Flow:
-    __slots__ = ("active", "valid", "bepsn", "bres", "queue")
+    __slots__ = ("active", "valid", "bepsn", "bres", "bmsn", "queue")
 
     def __init__(self, queue_depth):
         self.active = 0
         self.valid = 0
         self.bepsn = 0
         self.bres = 0
+        self.bmsn = 0
         self.queue = Ring(queue_depth)
 
 
@@ -124,9 +128,10 @@ class ThemisD:
         return flow if flow.active else None
 
     def process(self, item):
-        """Return the output item for one input item."""
+        """Return the output item for one input item (a dict of ``ThemisDItem`` fields; missing fields are 0)."""
+        item = {name: item.get(name, 0) for name in INPUT_FIELDS}
         out = dict(item)
-        out.update(drop=0, comp=0, comp_psn=0, verdict=Verdict.PASS, scanned=0)
+        out.update(drop=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0)
         flow = self._flow(item)
         if flow is None:
             return out
@@ -145,7 +150,7 @@ class ThemisD:
                 out["verdict"] = Verdict.DATA_CANCEL
             elif psn_after(psn, flow.bepsn) and psn % self.n_paths == flow.bres:
                 flow.valid = 0
-                out.update(comp=1, comp_psn=flow.bepsn, verdict=Verdict.DATA_COMP)
+                out.update(comp=1, comp_psn=flow.bepsn, comp_msn=flow.bmsn, verdict=Verdict.DATA_COMP)
         flow.queue.push(psn & self._mask, overwrite=True)
 
     def _same_path_after(self, x, e):
@@ -184,7 +189,7 @@ class ThemisD:
                 verdict = Verdict.NACK_VALID
         if not flow.valid or not psn_after(flow.bepsn, e):
             if verdict == Verdict.NACK_BLOCKED:
-                flow.valid, flow.bepsn, flow.bres = 1, e, e % self.n_paths
+                flow.valid, flow.bepsn, flow.bres, flow.bmsn = 1, e, e % self.n_paths, item["msn"]
             else:
                 flow.valid = 0
         out["verdict"] = verdict

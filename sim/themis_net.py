@@ -288,11 +288,11 @@ def generate(seed, *, n_paths, n_qps, queue_depth, entry_bits, n_flows, packets_
     for _ in range(round(foreign * n_flows * packets_per_flow)):
         r = rng.random()
         if r < 0.5:      # other traffic, of an active QP or of none
-            item = {"kind": rng.choice(foreign_kinds), "qp_hit": rng.randrange(2), "qp": rng.randrange(n_flows)}
+            item = {"kind": rng.choice(foreign_kinds), "qp_hit": rng.randrange(2), "qp": rng.randrange(n_flows), "msn": 0}
         elif r < 0.8 or n_qps == n_flows:      # DATA or NACK of a QP the classifier does not know
-            item = {"kind": rng.choice([_DATA, _NACK]), "qp_hit": 0, "qp": rng.randrange(n_qps)}
+            item = {"kind": rng.choice([_DATA, _NACK]), "qp_hit": 0, "qp": rng.randrange(n_qps), "msn": 0}
         else:            # DATA or NACK of an idle flow-table entry
-            item = {"kind": rng.choice([_DATA, _NACK]), "qp_hit": 1, "qp": rng.randrange(n_flows, n_qps)}
+            item = {"kind": rng.choice([_DATA, _NACK]), "qp_hit": 1, "qp": rng.randrange(n_flows, n_qps), "msn": 0}
         item["psn"] = rng.randrange(PSN_MOD)
         push(rng.randrange(horizon + 1), "tor", ("foreign", item, None))
 
@@ -325,7 +325,10 @@ def generate(seed, *, n_paths, n_qps, queue_depth, entry_bits, n_flows, packets_
             q, psn, index = payload
             nack = nics[q].receive(psn)
             if nack is not None:
-                push(t + last_hop_ns, "tor", ("nack", {"kind": _NACK, "qp_hit": 1, "qp": q, "psn": nack[1]},
+                # Every data packet is a one-packet message, so the AETH MSN (messages completed) is ePSN - start.
+                msn = (nack[1] - sc.start_psn[q]) % PSN_MOD
+                push(t + last_hop_ns, "tor", ("nack", {"kind": _NACK, "qp_hit": 1, "qp": q, "psn": nack[1],
+                                                       "msn": msn},
                                               dict(raised=t, tpsn=psn, tpsn_item=index)))
         elif kind == "tor":
             origin, what, extra = payload
@@ -334,7 +337,7 @@ def generate(seed, *, n_paths, n_qps, queue_depth, entry_bits, n_flows, packets_
             if origin == "data":
                 tx = sc.transmissions[what]
                 tx.t_tor, tx.item = t, index
-                item = {"kind": _DATA, "qp_hit": 1, "qp": tx.qp, "psn": tx.psn}
+                item = {"kind": _DATA, "qp_hit": 1, "qp": tx.qp, "psn": tx.psn, "msn": 0}
                 info.update(tx=what, retx=tx.retx)
             else:
                 item = dict(what)

@@ -67,7 +67,8 @@ def themis_d_trace(seed, n_items, *, n_qps, queue_depth, n_paths, entry_bits):
         else:
             kind = rng.choice(_KINDS)
             psn = rng.randrange(PSN_MOD)
-        events.append({"item": {"kind": kind, "qp_hit": hit, "qp": q, "psn": psn, "tag": n & 0xFFFF}})
+        msn = rng.randrange(1 << 24) if rng.random() < 0.5 else 0   # the block must carry it, whatever the kind
+        events.append({"item": {"kind": kind, "qp_hit": hit, "qp": q, "psn": psn, "msn": msn, "tag": n & 0xFFFF}})
     return events
 
 

@@ -733,12 +733,13 @@ def themis_d_item(pkt, classifier, tag):
     Returns
     -------
     dict
-        ``kind``, ``qp_hit``, ``qp``, ``psn``, ``tag``.
+        ``kind``, ``qp_hit``, ``qp``, ``psn``, ``msn`` (the AETH MSN of a NACK, 0 otherwise), ``tag``.
     """
     _check_tag(tag)
     meta = _meta(pkt)
     qp_hit, qp = classifier.lookup(meta)
-    return {"kind": meta["kind"], "qp_hit": qp_hit, "qp": qp, "psn": meta["psn"], "tag": tag}
+    msn = meta["msn"] if meta["kind"] == PacketKind.NACK.value else 0
+    return {"kind": meta["kind"], "qp_hit": qp_hit, "qp": qp, "psn": meta["psn"], "msn": msn, "tag": tag}
 
 
 def themis_s_item(pkt, tag, *, hash_bits=16):

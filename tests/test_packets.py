@@ -456,9 +456,14 @@ def _write(qp, k, msg_len=8):
                      dma_len=256 * msg_len, va=0x10000)
 
 
+def _nak_msn(qp, k):
+    """A distinct AETH MSN per NAK, so the test sees which NAK's MSN a compensation NACK carries."""
+    return 0x100 * (qp + 1) + k
+
+
 def _nak(qp, k, syndrome=0x60):
     remote, _, remote_qpn, base, _, nak_sport = QPS[qp]
-    return roce_nak(LOCAL, remote, nak_sport, remote_qpn, (base + k) % M, msn=0, syndrome=syndrome)
+    return roce_nak(LOCAL, remote, nak_sport, remote_qpn, (base + k) % M, msn=_nak_msn(qp, k), syndrome=syndrome)
 
 
 def _classifier():
@@ -541,7 +546,7 @@ def test_themis_d_real_packets_paper_figure4():
             kind, k = scenario[qp][step]
             base = QPS[qp][3]
             assert item == {"kind": DATA if kind == "d" else NACK, "qp_hit": 1, "qp": qp, "psn": (base + k) % M,
-                            "tag": tag}
+                            "msn": 0 if kind == "d" else _nak_msn(qp, k), "tag": tag}
             expect_by_tag[tag] = expected.get(key, (Verdict.DATA, 0, 0, None, 0))
 
     golden = run_golden("themis-d", D_PARAMS, events)
@@ -554,6 +559,8 @@ def test_themis_d_real_packets_paper_figure4():
         comp_psn = 0 if comp_k is None else (base + comp_k) % M
         assert (out["verdict"], out["drop"], out["comp"], out["comp_psn"], out["scanned"]) == \
             (verdict, drop, comp, comp_psn, scanned), packets[out["tag"]][1]
+        # A compensation NACK carries the MSN of the NAK that was blocked for the same ePSN (NAK(2) of that QP).
+        assert out["comp_msn"] == (_nak_msn(out["qp"], comp_k) if comp else 0)
 
     # The paper's two verdicts in order for each Figure 4 QP: NACK(2) blocked, NACK(4) forwarded.
     for qp in (0, 1):
@@ -564,8 +571,10 @@ def test_themis_d_real_packets_paper_figure4():
     # ePSN 2 that the classifier maps back to QP 2.
     comp = next(out for out in golden if out["comp"])
     entry = qpc.entries[comp["qp"]]
-    nak = roce_nak(str(entry.local_ip), str(entry.remote_ip), QPS[2][5], entry.remote_qpn, comp["comp_psn"])
-    assert themis_d_item(nak, qpc, 0) == {"kind": NACK, "qp_hit": 1, "qp": 2, "psn": 1, "tag": 0}
+    nak = roce_nak(str(entry.local_ip), str(entry.remote_ip), QPS[2][5], entry.remote_qpn, comp["comp_psn"],
+                   msn=comp["comp_msn"])
+    assert themis_d_item(nak, qpc, 0) == {"kind": NACK, "qp_hit": 1, "qp": 2, "psn": 1, "msn": _nak_msn(2, 2),
+                                          "tag": 0}
 
 
 # --- Themis-S end to end --------------------------------------------------------------------------------------------

@@ -350,7 +350,7 @@ def test_closed_loop_deterministic_and_json():
     items = a.items
     assert [ev["item"]["tag"] for ev in items] == [i % (1 << 16) for i in range(len(items))]
     assert all(x["t"] <= y["t"] for x, y in zip(items, items[1:]))
-    assert all(set(ev["item"]) == {"kind", "qp_hit", "qp", "psn", "tag"} for ev in items)
+    assert all(set(ev["item"]) == {"kind", "qp_hit", "qp", "psn", "msn", "tag"} for ev in items)
     assert all(0 <= ev["item"]["qp"] < NET["n_qps"] for ev in items)
 
 
