@@ -120,6 +120,11 @@ def cmd_synth(args):
         report["block"] = block.name
         report["params"] = params
         report["extra"] = dict(block.report_extra(params, component)) if block.report_extra else {}
+        ram_bits = report.get("bram_bits", 0) + report.get("uram_bits", 0)
+        if ram_bits:
+            report["extra"]["On-chip RAM occupied"] = (
+                f"{ram_bits / 8 / 1000:.1f} kB of block RAM and UltraRAM capacity ({report.get('ramb36', 0)} RAMB36, "
+                f"{report.get('ramb18', 0)} RAMB18, {report.get('uram', 0)} URAM)")
         report["extra"]["Timing proxy"] = _level_verdict(report["logic_levels"])
         reports.append(report)
         if block.paper:
