@@ -6,7 +6,7 @@ constant table (LUT ROM), and the partial residues are summed and reduced with c
 For a power-of-two N the residue is the low bits, with the same latency so callers need not care.
 """
 
-from amaranth import Array, C, Module, Signal, unsigned
+from amaranth import Array, C, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -11,7 +11,7 @@ with each ring's pointers in a per-flow table entry. This module gives the piece
 The golden-model twin is :class:`lbpipe.sim.ring.Ring`.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Module, Mux
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -74,12 +74,7 @@ def ThemisDResult(*, n_qps, queue_depth):
     ``comp_msn`` ask the deparser to also send a NACK for ``comp_psn`` with MSN ``comp_msn`` to the QP's sender;
     ``scanned`` counts the PSN-queue entries the NACK's scan read."""
     return data.StructLayout({
-        "kind":     PacketKind,
-        "qp_hit":   1,
-        "qp":       _bits(n_qps),
-        "psn":      PSN_BITS,
-        "msn":      24,
-        "tag":      TAG_BITS,
+        **ThemisDItem(n_qps=n_qps).members,
         "drop":     1,
         "comp":     1,
         "comp_psn": PSN_BITS,

@@ -41,11 +41,7 @@ def ThemisSItem(*, hash_bits=16):
 def ThemisSResult(*, n_paths=256, hash_bits=16):
     """Output metadata of Themis-S: the input fields (``udp_sport`` possibly rewritten) and the decision."""
     return data.StructLayout({
-        "kind":          PacketKind,
-        "psn":           PSN_BITS,
-        "flow_hash":     hash_bits,
-        "udp_sport":     16,
-        "tag":           TAG_BITS,
+        **ThemisSItem(hash_bits=hash_bits).members,
         "sprayed":       1,
         "path":          residue_bits(n_paths),
         "egress_port":   16,

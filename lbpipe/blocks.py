@@ -40,7 +40,7 @@ class Block:
 
     ``build(**params)`` returns the Amaranth component (ports ``i``, ``o``, ``ctl``); ``golden(**params)`` the
     golden model (``control``, ``process``, ``reset`` and optionally ``cycles``); ``tb_module`` is the cocotb module
-    with the generic ``trace`` test; ``paper`` holds the paper's figures for the synthesis report;
+    with the generic ``trace`` and ``reset_mid_traffic`` tests; ``paper`` holds the paper's figures for the synthesis report;
     ``report_extra(params, component)`` returns extra report lines (label -> text).
     """
     name: str
@@ -52,6 +52,10 @@ class Block:
     tb_module: str
     doc: str
     paper: Dict[str, Any] = field(default_factory=dict)
+    #: Small parameter sets the generic tests run RTL against golden on (fast to simulate, corner values).
+    test_params: List[Dict[str, Any]] = field(default_factory=list)
+    #: ``f(random.Random) -> params`` for the long random regression.
+    random_params: Optional[Callable] = None
     report_extra: Optional[Callable] = None
     synth_nolutram: bool = False
 
@@ -95,32 +99,24 @@ def parse_params(block, assignments):
     return out
 
 
+def _load(path):
+    """``"lbpipe.hdl.themis_s:ThemisS"`` -> a callable that imports and calls it (imports stay lazy, so listing
+    blocks does not load Amaranth)."""
+    module, name = path.split(":")
+
+    def make(**params):
+        import importlib
+        return getattr(importlib.import_module(module), name)(**params)
+    make.__qualname__ = path
+    return make
+
+
 # -- Themis ----------------------------------------------------------------------------------------------------------
-
-def _themis_s_build(**params):
-    from .hdl.themis_s import ThemisS
-    return ThemisS(**params)
-
-
-def _themis_s_golden(**params):
-    from .sim.themis_s import ThemisS
-    return ThemisS(**params)
-
 
 def _themis_s_extra(params, component):
     pathmap_bytes = params["n_paths"] * 2
     return {"PathMap": f"{params['n_paths']} x 16 bit = {pathmap_bytes} B "
                        f"(paper, section 4: N_paths x 2 B = {params['n_paths'] * 2} B)"}
-
-
-def _themis_d_build(**params):
-    from .hdl.themis_d import ThemisD
-    return ThemisD(**params)
-
-
-def _themis_d_golden(**params):
-    from .sim.themis_d import ThemisD
-    return ThemisD(**params)
 
 
 def _themis_d_extra(params, component):
@@ -155,8 +151,16 @@ BLOCKS = {
                                    "source port XOR delta (multi-tier)", choices=("port", "sport")),
             Param("hash_bits", 16, "width of the flow hash supplied by the parser"),
         ],
-        build=_themis_s_build,
-        golden=_themis_s_golden,
+        build=_load("lbpipe.hdl.themis_s:ThemisS"),
+        golden=_load("lbpipe.sim.themis_s:ThemisS"),
+        test_params=[
+            dict(n_paths=256, mode="sport", hash_bits=16),
+            dict(n_paths=7, mode="port", hash_bits=16),
+            dict(n_paths=1, mode="sport", hash_bits=8),
+            dict(n_paths=200, mode="port", hash_bits=32),
+        ],
+        random_params=lambda rng: dict(n_paths=rng.randrange(1, 257), mode=rng.choice(["port", "sport"]),
+                                       hash_bits=rng.randrange(1, 33)),
         tb_module="lbpipe.tb.themis_s.test_themis_s",
         doc="docs/themis.md",
         paper={"memory": "512 B PathMap (N=256)"},
@@ -173,8 +177,17 @@ BLOCKS = {
             Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
             Param("entry_bits", 9, "low PSN bits per queue entry (9 fits BRAM's 9-bit bytes; the paper uses 8)"),
         ],
-        build=_themis_d_build,
-        golden=_themis_d_golden,
+        build=_load("lbpipe.hdl.themis_d:ThemisD"),
+        golden=_load("lbpipe.sim.themis_d:ThemisD"),
+        test_params=[
+            dict(n_qps=8, queue_depth=12, n_paths=5, entry_bits=6),
+            dict(n_qps=5, queue_depth=7, n_paths=256, entry_bits=9),
+            dict(n_qps=3, queue_depth=4, n_paths=2, entry_bits=3),
+            dict(n_qps=4, queue_depth=20, n_paths=1, entry_bits=8),
+            dict(n_qps=6, queue_depth=100, n_paths=200, entry_bits=9),
+        ],
+        random_params=lambda rng: dict(n_qps=rng.randrange(1, 40), queue_depth=rng.randrange(1, 120),
+                                       n_paths=rng.randrange(1, 257), entry_bits=rng.randrange(2, 13)),
         tb_module="lbpipe.tb.themis_d.test_themis_d",
         doc="docs/themis.md",
         paper={"memory": "193 kB (Eq. 4, Table 1)"},

@@ -5,7 +5,6 @@ can compare them item for item.
 """
 
 import json
-import os
 import pathlib
 import tempfile
 

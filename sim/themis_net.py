@@ -409,7 +409,6 @@ def check_properties(scenario, outputs):
     """
     sc = scenario
     items = sc.items
-    n_paths = sc.params["n_paths"]
     violations = []
     if len(outputs) != len(items):
         return [f"P0: {len(outputs)} outputs for {len(items)} items"]

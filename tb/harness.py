@@ -47,25 +47,30 @@ def settings_from_env():
     )
 
 
+def _bind_stream(port, dut, prefix, layout, rng):
+    """Attach ``<prefix>_valid/_ready/_payload``, the clock and reset of ``dut`` to a source or sink."""
+    port.valid = getattr(dut, f"{prefix}_valid")
+    port.ready = getattr(dut, f"{prefix}_ready")
+    port.payload = getattr(dut, f"{prefix}_payload")
+    port.clk = dut.clk
+    port.rst = dut.rst
+    port.layout = layout
+    port.rng = rng or random.Random(0)
+
+
 class StreamSource:
     """Drives an Amaranth stream (``<prefix>_valid/_ready/_payload``). ``valid`` never waits on ``ready``; with
     probability ``idle`` per cycle the source inserts an idle cycle before offering the next item."""
 
     def __init__(self, dut, prefix, layout, *, idle=0.0, rng=None):
-        self.valid = getattr(dut, f"{prefix}_valid")
-        self.ready = getattr(dut, f"{prefix}_ready")
-        self.payload = getattr(dut, f"{prefix}_payload")
-        self.clk = dut.clk
-        self.layout = layout
+        _bind_stream(self, dut, prefix, layout, rng)
         self.idle = idle
-        self.rng = rng or random.Random(0)
         self.queue = []
         self.sent = 0
         self.accept_cycles = []
         self.cycle = 0
         self.valid.value = 0
         self.payload.value = 0
-        self.rst = dut.rst
         self._offering = False
         self._task = cocotb.start_soon(self._run())
 
@@ -112,20 +117,14 @@ class StreamSink:
     Checks that an offered item is neither withdrawn nor changed before it is taken (the stream rule)."""
 
     def __init__(self, dut, prefix, layout, *, backpressure=0.0, rng=None, on_item=None):
-        self.valid = getattr(dut, f"{prefix}_valid")
-        self.ready = getattr(dut, f"{prefix}_ready")
-        self.payload = getattr(dut, f"{prefix}_payload")
-        self.clk = dut.clk
-        self.layout = layout
+        _bind_stream(self, dut, prefix, layout, rng)
         self.backpressure = backpressure
-        self.rng = rng or random.Random(0)
         self.items = []
         self.cycles = []
         self.cycle = 0
         self.on_item = on_item
         self.errors = []
         self.ready.value = 0
-        self.rst = dut.rst
         self._task = cocotb.start_soon(self._run())
 
     async def _run(self):
@@ -370,3 +369,15 @@ async def run_reset_test(dut):
     if board.index != len(board.expected):
         errors.append(f"after reset: received {board.index} items, golden model produced {len(board.expected)}")
     assert not errors, "\n".join(errors)
+
+
+@cocotb.test()
+async def trace(dut):
+    """Drive the trace, compare every output with the golden model, check timing when unthrottled."""
+    await run_trace_test(dut)
+
+
+@cocotb.test()
+async def reset_mid_traffic(dut):
+    """Reset with items in flight: earlier outputs are a golden prefix, and a rerun after reset matches exactly."""
+    await run_reset_test(dut)

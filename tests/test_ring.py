@@ -1,6 +1,5 @@
 """The shared queue primitives: ring pointers and memory against the golden Ring, and the layout FIFO."""
 
-import collections
 import random
 
 import pytest

@@ -1,11 +1,10 @@
-import json
 
 import pytest
 from amaranth.lib import data
 
 from lbpipe.blocks import BLOCKS, get_block, parse_params
 from lbpipe.engine import run_golden
-from lbpipe.trace import TraceError, pack, read_events, unpack, write_events
+from lbpipe.trace import TraceError, pack, read_events, unpack
 
 LAYOUT = data.StructLayout({"a": 3, "b": 8, "c": 1})
 
