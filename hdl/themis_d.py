@@ -16,11 +16,11 @@ While Valid, a data packet with PSN == BePSN disarms compensation (``DATA_CANCEL
 (``PSN mod N == BePSN mod N``) raises ``comp`` with ``comp_psn = BePSN`` (``DATA_COMP``): the deparser sends that
 NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis_d` states the full rules.
 
-Pipeline: input register, residue stage, read-modify-write stage (flow table read there, written back the same cycle,
-with a transparent read port so the next item sees the write), output register. Data items flow at one per clock. A
-NACK for an active QP holds the read-modify-write stage for ``scanned + 6`` cycles (one queue entry read per cycle,
-five stages to a decision; 3 cycles when the queue is empty);
-items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
+Pipeline: input register, residue stage, read-modify-write stage (flow table read there and written back the same
+cycle; the one write a read can miss is forwarded), and a two-entry skid buffer whose head is the output register.
+Data items flow at one per clock. A NACK with a flow-table hit holds the read-modify-write stage for ``scanned + 6``
+cycles (one queue entry read per cycle, five stages to a decision; 3 cycles when the queue is empty or the entry
+idle); items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -384,13 +384,12 @@ class ThemisD(wiring.Component):
                 m.d.comb += adv.eq(can_out & ~starts_scan)
                 with m.If(starts_scan):
                     m.d.sync += [
-                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_msn.eq(item.msn), e_res.eq(s3_res), sc_entry.eq(fe),
-                        sc_active.eq(fe.active),
+                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_msn.eq(item.msn), e_res.eq(s3_res),
                         e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
-                        sc_pos.eq(fe.ring.head),
-                        sc_left.eq(Mux(fe.active, fe.ring.count, 0)), sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
-                        sc_phase2.eq(0),
-                        sc_n1.eq(0), sc_scanned.eq(0),
+                        sc_entry.eq(fe), sc_active.eq(fe.active),
+                        sc_pos.eq(fe.ring.head), sc_left.eq(Mux(fe.active, fe.ring.count, 0)),
+                        sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
+                        sc_phase2.eq(0), sc_n1.eq(0), sc_scanned.eq(0),
                     ]
                     m.next = "SCAN"
                 # The write's enable and data selection come from registered flags only. A data packet of an idle
