@@ -6,7 +6,7 @@ Vivado's interface inference, and ``in_valid/in_ready/in_payload``, ``out_valid/
 metadata streams, whose payload bit layout is the block's layout (first field in the low bits).
 """
 
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Elaboratable, Module, Shape, Signal
 from amaranth.lib import wiring
 
 from ..hdl.axil import ControlBridge
@@ -31,7 +31,9 @@ class AxiLiteTop(Elaboratable):
             if port not in members:
                 raise TypeError(f"block {block!r} has no {port!r} port")
         self.block = block
-        self.bridge = ControlBridge(addr_width=addr_width)
+        # Block statistics, if any, become the bridge's STATUS_i registers.
+        self.n_status = Shape.cast(members["stats"].shape).width // 32 if "stats" in members else 0
+        self.bridge = ControlBridge(addr_width=addr_width, status_words=self.n_status)
         in_shape = members["i"].signature.members["payload"].shape
         out_shape = members["o"].signature.members["payload"].shape
         self.in_layout = in_shape
@@ -56,6 +58,8 @@ class AxiLiteTop(Elaboratable):
         m.submodules.block = block = self.block
         m.submodules.bridge = bridge = self.bridge
         wiring.connect(m, bridge.ctl, block.ctl)
+        for i in range(self.n_status):
+            m.d.comb += bridge.status[i].eq(block.stats.word_select(i, 32))
         m.d.comb += [
             block.i.valid.eq(self.in_valid),
             block.i.payload.as_value().eq(self.in_payload),

@@ -124,6 +124,10 @@ class ThemisD(wiring.Component):
         Table 0, QP set-up: entry ``index`` becomes active with an empty queue and compensation disarmed.
         Table 1, QP tear-down: entry ``index`` becomes idle. Indices ``>= n_qps`` and other tables are ignored.
         Commands enter the pipeline ahead of packets and take effect between two packets.
+    stats : Out(32 * 8)
+        Counter ``v`` (bits ``32v+31:32v``) counts the results with verdict ``v`` (wrapping at 2**32; cleared by
+        reset). The top level maps counter ``i`` to the AXI4-Lite register STATUS_i. (A flat vector rather than an
+        array layout: Yosys 0.70's ABC reintegration asserts on the array's element wire names.)
     """
 
     latency = 4
@@ -143,6 +147,7 @@ class ThemisD(wiring.Component):
             "i":   In(stream.Signature(ThemisDItem(n_qps=n_qps))),
             "o":   Out(stream.Signature(ThemisDResult(n_qps=n_qps, queue_depth=queue_depth))),
             "ctl": In(ControlSignature()),
+            "stats": Out(32 * len(ThemisDVerdict)),
         })
 
     @property
@@ -216,6 +221,12 @@ class ThemisD(wiring.Component):
             with m.Case(0b11):      # both: skid_count is 1 here (2 would not produce, 0 would not pop)
                 m.d.sync += self.o.payload.eq(result)
         adv = Signal()
+        # Statistics: one counter per verdict, counted as results are produced.
+        with m.If(produce):
+            for v in ThemisDVerdict:
+                with m.If(result.verdict == v):
+                    counter = self.stats.word_select(v.value, 32)
+                    m.d.sync += counter.eq(counter + 1)
 
         # The entry as the item must see it: the memory's, or the one written in the cycle the item's read was
         # issued (a read-before-write memory misses that write). ``fwd`` is decided a cycle early, from addresses

@@ -69,6 +69,9 @@ class ThemisS(wiring.Component):
         Table 0: PathMap entry ``index`` (0 to N-1) gets ``data[15:0]``. Other tables and indices are ignored.
         The PathMap is written directly and is not reset. A packet reads the PathMap two cycles after it is
         accepted; a write in the same cycle as that read is not seen by it (read-before-write).
+    stats : Out(32 * 2)
+        Counter 0 (bits 31:0) counts sprayed data packets, counter 1 (bits 63:32) packets passed untouched (wrapping
+        at 2**32; cleared by reset). The top level maps counter ``i`` to the AXI4-Lite register STATUS_i.
     """
 
     latency = 4
@@ -87,6 +90,7 @@ class ThemisS(wiring.Component):
             "i":   In(stream.Signature(ThemisSItem(hash_bits=hash_bits))),
             "o":   Out(stream.Signature(ThemisSResult(n_paths=n_paths, hash_bits=hash_bits))),
             "ctl": In(ControlSignature()),
+            "stats": Out(32 * 2),
         })
 
     @property
@@ -149,6 +153,10 @@ class ThemisS(wiring.Component):
                 s3.eq(s2), s3_valid.eq(s2_valid), s3_rel.eq(rel), s3_path.eq(path),
             ]
             is_data = s3.kind == PacketKind.DATA
+            with m.If(s3_valid & is_data):
+                m.d.sync += self.stats[:32].eq(self.stats[:32] + 1)
+            with m.Elif(s3_valid):
+                m.d.sync += self.stats[32:].eq(self.stats[32:] + 1)
             out = self.o.payload
             m.d.sync += [
                 self.o.valid.eq(s3_valid),

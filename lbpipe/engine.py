@@ -11,7 +11,7 @@ import tempfile
 from .blocks import get_block
 from .trace import TraceError, pack, read_events, write_events
 
-__all__ = ["run_golden", "run_rtl", "check_events", "build_top", "top_verilog"]
+__all__ = ["run_golden", "golden_run", "run_rtl", "check_events", "build_top", "top_verilog"]
 
 
 def check_events(block, params, events):
@@ -38,6 +38,11 @@ def _complete(layout, item):
 
 def run_golden(block_name, params, events):
     """Run ``events`` through the block's golden model; returns the list of output items."""
+    return golden_run(block_name, params, events)[0]
+
+
+def golden_run(block_name, params, events):
+    """Like :func:`run_golden`, and also return the model in its final state (for its statistics counters)."""
     block = get_block(block_name)
     params = block.resolve(params)
     layout = check_events(block, params, events)
@@ -48,7 +53,7 @@ def run_golden(block_name, params, events):
             model.control(_complete_ctl(event["ctl"]))
         else:
             outputs.append(model.process(_complete(layout, event["item"])))
-    return outputs
+    return outputs, model
 
 
 def _complete_ctl(cmd):

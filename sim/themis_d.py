@@ -105,6 +105,7 @@ class ThemisD:
     def reset(self):
         """Hardware reset: every QP idle, every queue empty, compensation disarmed."""
         self.flows = [_Flow(self.queue_depth) for _ in range(self.n_qps)]
+        self.counts = [0] * 8
 
     # -- control -------------------------------------------------------------------------------------------------
 
@@ -133,12 +134,12 @@ class ThemisD:
         out = dict(item)
         out.update(drop=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0)
         flow = self._flow(item)
-        if flow is None:
-            return out
-        if item["kind"] == PacketKind.DATA.value:
-            self._data(item, flow, out)
-        elif item["kind"] == PacketKind.NACK.value:
-            self._nack(item, flow, out)
+        if flow is not None:
+            if item["kind"] == PacketKind.DATA.value:
+                self._data(item, flow, out)
+            elif item["kind"] == PacketKind.NACK.value:
+                self._nack(item, flow, out)
+        self.counts[out["verdict"]] += 1
         return out
 
     def _data(self, item, flow, out):
@@ -195,6 +196,11 @@ class ThemisD:
         out["verdict"] = verdict
         out["drop"] = int(verdict in (Verdict.NACK_BLOCKED, Verdict.NACK_LATE))
         out["scanned"] = scanned
+
+    def stats(self):
+        """The statistics counters, as the RTL's ``stats`` port and STATUS_i registers hold them: results per
+        verdict, modulo 2**32."""
+        return [c % (1 << 32) for c in self.counts]
 
     def cycles(self, out):
         """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured.

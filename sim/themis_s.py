@@ -38,9 +38,16 @@ class ThemisS:
         self.mode = mode
         self.hash_bits = hash_bits
         self.pathmap = [0] * self.n_paths
+        self.counts = [0, 0]
 
     def reset(self):
-        """Hardware reset: the pipeline empties; the PathMap keeps its contents (it is a memory, not a register)."""
+        """Hardware reset: the pipeline empties and the counters clear; the PathMap keeps its contents (it is a
+        memory, not a register)."""
+        self.counts = [0, 0]
+
+    def stats(self):
+        """The statistics counters, as the RTL's ``stats`` port holds them: sprayed, passed (modulo 2**32)."""
+        return [c % (1 << 32) for c in self.counts]
 
     def control(self, cmd):
         """Apply one control command ``{"table", "index", "data"}``; commands it does not know are ignored."""
@@ -52,7 +59,9 @@ class ThemisS:
         out = dict(item)
         out.update(sprayed=0, path=0, egress_port=0, udp_sport_xor=0)
         if item["kind"] != PacketKind.DATA.value:
+            self.counts[1] += 1
             return out
+        self.counts[0] += 1
         rel = item["psn"] % self.n_paths
         path = (rel + item["flow_hash"] % self.n_paths) % self.n_paths
         out["sprayed"] = 1

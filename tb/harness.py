@@ -16,6 +16,7 @@ import os
 import random
 
 import cocotb
+from amaranth import Shape
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
@@ -28,6 +29,7 @@ CLOCK_NS = 4  # 250 MHz, the OpenNIC user-logic clock
 
 # ControlBridge register offsets (hdl/axil.py).
 _REG_TABLE, _REG_INDEX, _REG_DATA_LO, _REG_DATA_HI, _REG_COMMIT = 0x08, 0x0C, 0x10, 0x14, 0x18
+_REG_STATUS_BASE = 0x40
 
 
 def settings_from_env():
@@ -216,6 +218,10 @@ class TB:
         await self.axil.write_dword(_REG_DATA_HI, (data >> 32) & 0xFFFFFFFF)
         await self.axil.write_dword(_REG_COMMIT, 1)
 
+    async def read_status(self, count):
+        """Read STATUS_0 .. STATUS_{count-1} (the block's statistics counters) over AXI4-Lite."""
+        return [await self.axil.read_dword(_REG_STATUS_BASE + 4 * i) for i in range(count)]
+
     async def drain(self, limit=1_000_000):
         """Wait until every item sent has come out (blocks return one item per item)."""
         for _ in range(limit):
@@ -280,11 +286,11 @@ async def run_trace_test(dut, *, corrupt=None):
     ``corrupt`` is for the harness's own tests, which must see it fail: ``"output"`` flips a bit of one expected
     output, ``"timing"`` shifts one predicted output cycle.
     """
-    from ..engine import run_golden
+    from ..engine import golden_run
     s = settings_from_env()
     block, params = s["block"], s["params"]
     events = read_events(s["trace"])
-    expected = run_golden(block.name, params, events) if s["compare"] else []
+    expected, golden_model = golden_run(block.name, params, events) if s["compare"] else ([], None)
     if corrupt == "output":
         victim = expected[len(expected) // 2]
         victim["tag"] ^= 1
@@ -310,9 +316,15 @@ async def run_trace_test(dut, *, corrupt=None):
     acc = tb.source.accept_cycles
     if len(acc) > 1:
         stats["items_per_clock"] = (len(acc) - 1) / (acc[-1] - acc[0]) if acc[-1] > acc[0] else 1.0
+    errors = list(tb.sink.errors)
+    members = tb.component.signature.members
+    if "stats" in members:
+        counters = await tb.read_status(Shape.cast(members["stats"].shape).width // 32)
+        stats["counters"] = counters
+        if s["compare"] and counters != golden_model.stats():
+            errors.append(f"statistics counters {counters}, golden model {golden_model.stats()}")
     if s["out"]:
         write_events(s["out"], [{"item": item} for item in tb.sink.items])
-    errors = list(tb.sink.errors)
     if board is not None:
         errors += board.mismatches[:10]
         if board.index != len(expected):

@@ -16,7 +16,7 @@ DATA, NACK = PacketKind.DATA.value, PacketKind.NACK.value
 def test_signature():
     dut = ThemisD(n_qps=10, queue_depth=7, n_paths=3, entry_bits=5)
     dut._MustUse__silence = True
-    assert set(dut.signature.members) == {"i", "o", "ctl"}
+    assert set(dut.signature.members) == {"i", "o", "ctl", "stats"}
     assert dut.signature.members["i"].signature.members["payload"].shape == ThemisDItem(n_qps=10)
     assert dut.signature.members["o"].signature.members["payload"].shape == ThemisDResult(n_qps=10, queue_depth=7)
 

@@ -13,7 +13,7 @@ DATA = PacketKind.DATA.value
 
 def test_signature():
     dut = ThemisS(n_paths=200, mode="port", hash_bits=20)
-    assert set(dut.signature.members) == {"i", "o", "ctl"}
+    assert set(dut.signature.members) == {"i", "o", "ctl", "stats"}
     assert dut.signature.members["i"].signature.members["payload"].shape == ThemisSItem(hash_bits=20)
     assert dut.signature.members["o"].signature.members["payload"].shape == ThemisSResult(n_paths=200, hash_bits=20)
     dut._MustUse__silence = True
