@@ -1,0 +1,390 @@
+# amaranth: UnusedElaboratable=no
+"""Tests of :mod:`lbpipe.hdl.axis`, :mod:`lbpipe.hdl.parser` and its golden model :mod:`lbpipe.sim.parser`.
+
+Signature and parameter tests first, then the golden model on frames whose expected items are worked out by hand
+(offsets from the header sizes: Ethernet 14, tag 4, IPv4 20 + options, IPv6 40, UDP 8, BTH 12, AETH 4, RETH 16,
+ImmDt 4, ICRC 4), then the golden model against :func:`lbpipe.tb.packets.classify` (written independently) on
+the whole corpus, then the cocotb bench under Icarus (``lbpipe.tb.test_parser``) and one synthesis check.
+
+Signature tests construct components without elaborating them; the first line silences Amaranth's
+``UnusedElaboratable`` warning for that reason (pytest turns warnings into errors).
+"""
+
+import binascii
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from amaranth.hdl import Elaboratable, Module, Shape, Signal
+from amaranth.lib import stream
+from amaranth.lib.wiring import In, Out
+
+from lbpipe.hdl.axis import AXI4StreamSignature
+from lbpipe.hdl.meta import PacketKind
+from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, RETH_OPCODES, PacketMeta, Parser,
+                               _crc16_columns, meta_fields)
+from lbpipe.sim.parser import hw_length, parse, parse_frames
+from lbpipe.tb.runner import run_cocotb, write_verilog
+
+OTHER, DATA, ACK, NACK, ROCE_OTHER = (k.value for k in PacketKind)
+
+
+# --- AXI4StreamSignature -------------------------------------------------------------------------------------------
+
+def test_axis_signature_members():
+    sig = AXI4StreamSignature()
+    assert (sig.data_width, sig.user_width, sig.bytes_per_beat) == (512, 1, 64)
+    assert list(sig.members) == ["tdata", "tkeep", "tvalid", "tready", "tlast", "tuser"]
+    flows = {name: member.flow for name, member in sig.members.items()}
+    assert flows == {"tdata": Out, "tkeep": Out, "tvalid": Out, "tready": In, "tlast": Out, "tuser": Out}
+    widths = {name: Shape.cast(member.shape).width for name, member in sig.members.items()}
+    assert widths == {"tdata": 512, "tkeep": 64, "tvalid": 1, "tready": 1, "tlast": 1, "tuser": 1}
+
+
+def test_axis_signature_widths_eq_repr():
+    sig = AXI4StreamSignature(data_width=64, user_width=48)
+    assert Shape.cast(sig.members["tkeep"].shape).width == 8
+    assert Shape.cast(sig.members["tuser"].shape).width == 48
+    assert sig == AXI4StreamSignature(data_width=64, user_width=48)
+    assert sig != AXI4StreamSignature(data_width=64, user_width=1)
+    assert sig != AXI4StreamSignature(data_width=128, user_width=48)
+    assert hash(sig) == hash(AXI4StreamSignature(data_width=64, user_width=48))
+    assert repr(sig) == "AXI4StreamSignature(data_width=64, user_width=48)"
+    # The sink's view flips every member, as In(stream.Signature(...)) does.
+    sink = In(sig).signature
+    assert sink.members["tdata"].flow == In and sink.members["tready"].flow == Out
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"data_width": "512"}, TypeError, r"^Data width must be an integer, not '512'$"),
+    ({"data_width": True}, TypeError, r"^Data width must be an integer, not True$"),
+    ({"data_width": 0}, ValueError, r"^Data width must be a positive multiple of 8, not 0$"),
+    ({"data_width": 100}, ValueError, r"^Data width must be a positive multiple of 8, not 100$"),
+    ({"user_width": 1.0}, TypeError, r"^User width must be an integer, not 1\.0$"),
+    ({"user_width": 0}, ValueError, r"^User width must be at least 1, not 0$"),
+])
+def test_axis_signature_bad_parameters(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        AXI4StreamSignature(**kwargs)
+
+
+def test_axis_signature_keyword_only():
+    with pytest.raises(TypeError):
+        AXI4StreamSignature(512)
+
+
+# --- Parser signature and layout -----------------------------------------------------------------------------------
+
+def test_parser_signature():
+    parser = Parser(user_width=48)
+    assert parser.user_width == 48 and Parser.latency == 7
+    members = parser.signature.members
+    assert set(members) == {"s_axis", "m_axis", "meta"}
+    assert members["s_axis"] == In(AXI4StreamSignature(data_width=512, user_width=48))
+    assert members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=48))
+    assert members["meta"] == Out(stream.Signature(PacketMeta()))
+
+
+@pytest.mark.parametrize("user_width, exc", [(0, ValueError), ("1", TypeError), (None, TypeError)])
+def test_parser_bad_parameters(user_width, exc):
+    with pytest.raises(exc, match=r"^User width must be"):
+        Parser(user_width=user_width)
+
+
+def test_parser_keyword_only():
+    with pytest.raises(TypeError):
+        Parser(1)
+
+
+def test_packet_meta_layout():
+    layout = PacketMeta()
+    widths = {name: field.width for name, field in layout}
+    assert widths == {
+        "kind": 3, "tag": 16, "frame_len": 16, "short": 1, "truncated": 1, "vlans": 2, "ipv4": 1, "ipv6": 1,
+        "frag": 1, "udp": 1, "roce": 1, "aeth": 1, "reth": 1, "immdt": 1, "l3_off": 8, "l4_off": 8,
+        "bth_off": 8, "icrc_off": 16, "src_ip": 128, "dst_ip": 128, "udp_sport": 16, "udp_dport": 16,
+        "udp_len": 16, "udp_csum": 16, "opcode": 8, "dqpn": 24, "psn": 24, "ackreq": 1, "syndrome": 8,
+        "msn": 24, "flow_hash": 16,
+    }
+    assert layout.size == 512
+    assert layout["kind"].shape is PacketKind and layout["kind"].offset == 0
+    assert meta_fields() == list(widths)
+
+
+def test_opcode_tables_match_packets():
+    """The parser's opcode table against the one :mod:`lbpipe.tb.packets` was written with (independently)."""
+    from lbpipe.tb import packets
+    assert {op: 4 * words for op, words in EXT_WORDS.items()} == packets._EXT_LEN
+    assert RETH_OPCODES == set(packets._RETH_OPCODES)
+    assert IMMDT_OPCODES == set(packets._IMM_OPCODES) | {0x65}     # packets builds no UD SEND with immediate
+    assert AETH_OPCODES == {0x0D, 0x0F, 0x10, 0x11, 0x12}
+
+
+def test_flow_hash_matrix():
+    """The hardware's XOR matrix reproduces CRC-16/CCITT-FALSE for both address families."""
+    import random
+    v6, v4, k6, k4 = _crc16_columns()
+    assert binascii.crc_hqx(b"123456789", 0xFFFF) == 0x29B1
+    rng = random.Random(1)
+    for cols, k, size in ((v6, k6, 16), (v4, k4, 4)):
+        for _ in range(50):
+            src, dst, dqpn = rng.getrandbits(8 * size), rng.getrandbits(8 * size), rng.getrandbits(24)
+            values = {"src": src, "dst": dst, "dqpn": dqpn}
+            got = k
+            for (field, bit), col in cols.items():
+                if values[field] >> bit & 1:
+                    got ^= col
+            want = binascii.crc_hqx(src.to_bytes(size, "big") + dst.to_bytes(size, "big") +
+                                    dqpn.to_bytes(3, "big"), 0xFFFF)
+            assert got == want
+
+
+# --- golden model, by hand -----------------------------------------------------------------------------------------
+
+MAC = bytes.fromhex("020000000002" "020000000001")
+SRC4, DST4 = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+
+
+def _ipv4(payload, *, proto=17, options=b"", flags_frag=0x4000):
+    ihl = 5 + len(options) // 4
+    return struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, 4 * ihl + len(payload), 0, flags_frag, 64, proto, 0,
+                       SRC4, DST4) + options + payload
+
+
+def _udp(payload, *, sport=0xC000, dport=4791, csum=0):
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), csum) + payload
+
+
+def _bth(opcode, dqpn, psn, *, ackreq=0, tver=0):
+    return struct.pack("!BBHBBHBBH", opcode, tver, 0xFFFF, 0, dqpn >> 16, dqpn & 0xFFFF,
+                       ackreq << 7, psn >> 16, psn & 0xFFFF)
+
+
+def _zeros(**fields):
+    meta = dict.fromkeys(meta_fields(), 0)
+    meta.update(fields)
+    return meta
+
+
+def test_golden_ipv4_ack_by_hand():
+    # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 = 62 bytes, under 64 (a minimum frame without FCS).
+    aeth = bytes([0x00, 0x00, 0x00, 0x07])                           # syndrome 0 (ACK), MSN 7
+    frame = MAC + b"\x08\x00" + _ipv4(_udp(_bth(0x11, 0x000456, 0x000010) + aeth + b"ICRC"))
+    assert len(frame) == 62
+    want = _zeros(
+        kind=ACK, tag=9, frame_len=62, short=1, ipv4=1, udp=1, roce=1, aeth=1,
+        l3_off=14, l4_off=34, bth_off=42, icrc_off=58,               # 34 + UDP length 28 - 4
+        src_ip=0x0A000001, dst_ip=0x0A000002, udp_sport=0xC000, udp_dport=4791, udp_len=28,
+        opcode=0x11, dqpn=0x456, psn=0x10, syndrome=0, msn=7,
+        flow_hash=binascii.crc_hqx(SRC4 + DST4 + b"\x00\x04\x56", 0xFFFF),
+    )
+    assert parse(frame, 9) == want
+    # The same frame cut inside the AETH: the IP packet announces 48 bytes, the frame holds fewer.
+    cut = parse(frame[:56], 9)
+    assert cut == _zeros(tag=9, frame_len=56, short=1, truncated=1, ipv4=1, udp=1, l3_off=14, l4_off=34,
+                         src_ip=0x0A000001, dst_ip=0x0A000002, udp_sport=0xC000, udp_dport=4791, udp_len=28)
+
+
+def test_golden_two_tags_options_write_only_imm_by_hand():
+    # S-tag, C-tag: IP at 22; 40 bytes of options: IHL 15, L4 at 22 + 60 = 82, BTH at 90, RETH at 102,
+    # ImmDt at 118, 8 payload bytes at 122, ICRC at 130; frame 134 bytes (three beats), UDP length 134 - 82 = 52.
+    options = b"\x01" * 40
+    payload = _bth(0x0B, 0xABCDEF, 0xFFFFFF, ackreq=1) + bytes(16) + b"IMMD" + bytes(8) + b"ICRC"
+    frame = MAC + b"\x88\xa8\x00\x05\x81\x00\x00\x06\x08\x00" + _ipv4(_udp(payload), options=options)
+    assert len(frame) == 134
+    meta = parse(frame, 0xFFFF)
+    assert (meta["vlans"], meta["l3_off"], meta["l4_off"], meta["bth_off"], meta["icrc_off"]) == (2, 22, 82, 90, 130)
+    assert (meta["kind"], meta["roce"], meta["reth"], meta["immdt"], meta["aeth"]) == (DATA, 1, 1, 1, 0)
+    assert (meta["opcode"], meta["dqpn"], meta["psn"], meta["ackreq"], meta["udp_len"]) == (0x0B, 0xABCDEF,
+                                                                                           0xFFFFFF, 1, 52)
+    assert (meta["tag"], meta["frame_len"], meta["short"], meta["truncated"]) == (0xFFFF, 134, 0, 0)
+    # Cut in the ImmDt (byte 120): the frame ends inside the IP packet: truncated, and not RoCEv2.
+    cut = parse(frame[:120], 0)
+    assert (cut["truncated"], cut["roce"], cut["kind"], cut["udp"], cut["bth_off"]) == (1, 0, OTHER, 1, 0)
+    # Cut inside the options (byte 70 < 82): the IPv4 header is not found.
+    assert parse(frame[:70], 0) == _zeros(frame_len=70, truncated=1, vlans=2)
+    # Cut inside the second tag.
+    assert parse(frame[:20], 0) == _zeros(frame_len=20, short=1, truncated=1, vlans=1)
+
+
+def test_golden_ipv6_nak_by_hand():
+    src6, dst6 = bytes(range(16)), bytes(range(16, 32))
+    aeth = bytes([0x60, 0xFF, 0xFF, 0xFF])                           # NAK PSN sequence error, MSN 0xFFFFFF
+    udp = _udp(_bth(0x11, 0x123, 0x0D) + aeth + b"ICRC", sport=0xC001)
+    ip6 = struct.pack("!IHBB", 0x60000000, len(udp), 17, 64) + src6 + dst6 + udp
+    frame = MAC + b"\x81\x00\x00\x05\x86\xdd" + ip6
+    # Tag: IP at 18, UDP at 58, BTH at 66, ICRC at 58 + 28 - 4 = 82; frame 86 bytes.
+    meta = parse(frame, 1)
+    assert (meta["kind"], meta["ipv6"], meta["vlans"]) == (NACK, 1, 1)
+    assert (meta["l3_off"], meta["l4_off"], meta["bth_off"], meta["icrc_off"], meta["frame_len"]) == (18, 58, 66,
+                                                                                                       82, 86)
+    assert meta["src_ip"] == int.from_bytes(src6, "big") and meta["dst_ip"] == int.from_bytes(dst6, "big")
+    assert (meta["syndrome"], meta["msn"]) == (0x60, 0xFFFFFF)
+    assert meta["flow_hash"] == binascii.crc_hqx(src6 + dst6 + b"\x00\x01\x23", 0xFFFF)
+    # TVer 1: still RoCEv2, but ROCE_OTHER.
+    bad = bytearray(frame)
+    bad[67] = 0x01
+    assert (parse(bytes(bad))["kind"], parse(bytes(bad))["roce"]) == (ROCE_OTHER, 1)
+
+
+def test_golden_other_frames_by_hand():
+    # A first IPv4 fragment to port 4791: IPv4 found, frag, the UDP header not looked at.
+    first = MAC + b"\x08\x00" + _ipv4(_udp(_bth(0x04, 1, 1) + b"ICRC"), flags_frag=0x2000)
+    assert parse(first) == _zeros(frame_len=len(first), short=1, ipv4=1, frag=1, l3_off=14, l4_off=34,
+                                  src_ip=0x0A000001, dst_ip=0x0A000002)
+    # Another UDP port: UDP found, not RoCEv2.
+    dns = MAC + b"\x08\x00" + _ipv4(_udp(bytes(30), dport=53, csum=0x1234))
+    meta = parse(dns)
+    assert (meta["udp"], meta["udp_dport"], meta["udp_csum"], meta["roce"], meta["kind"]) == (1, 53, 0x1234, 0, OTHER)
+    # TCP: l4_off is set, udp is not.
+    tcp = MAC + b"\x08\x00" + _ipv4(bytes(20), proto=6)
+    assert (parse(tcp)["l4_off"], parse(tcp)["udp"]) == (34, 0)
+    # ARP, and frames shorter than an Ethernet header.
+    assert parse(MAC + b"\x08\x06" + bytes(28)) == _zeros(frame_len=42, short=1)
+    assert parse(b"\x01") == _zeros(frame_len=1, short=1, truncated=1)
+    assert parse(MAC + b"\x08") == _zeros(frame_len=13, short=1, truncated=1)
+
+
+def test_golden_lengths():
+    assert [hw_length(k) for k in (1, 63, 64, 65, 9216, 65536)] == [1, 63, 64, 65, 9216, 65536]
+    # 1,023 full beats are counted; beyond, the last beat's bytes are added to 1,023 * 64.
+    assert hw_length(65537) == 65536 + 1 - 64 and hw_length(65600) == 65536
+    assert hw_length(70000) == 1023 * 64 + 48
+    assert parse(bytes(70000))["frame_len"] == 65520
+    assert parse(bytes(65536))["frame_len"] == 0xFFFF          # saturates
+    with pytest.raises(ValueError):
+        parse(b"")
+    with pytest.raises(ValueError):
+        parse(b"x" * 64, 1 << 16)
+    with pytest.raises(TypeError):
+        parse("frame")
+
+
+def test_golden_tags_counted():
+    frames = [bytes(60)] * 3
+    assert [m["tag"] for m in parse_frames(frames, first_tag=0xFFFE)] == [0xFFFE, 0xFFFF, 0]
+
+
+# --- golden model against classify --------------------------------------------------------------------------------
+
+def test_golden_agrees_with_classify():
+    """On every corpus frame ``classify`` parses (no S-tag, at most one tag), kind and the RoCEv2 fields agree."""
+    from lbpipe.tb.packets import classify
+    from lbpipe.tb.test_parser import corpus
+    compared = 0
+    for frame in corpus(seed=3):
+        meta = parse(frame)
+        if meta["vlans"] == 2 or (len(frame) >= 14 and frame[12:14] == b"\x88\xa8"):
+            continue
+        want = classify(frame)
+        assert meta["kind"] == want["kind"], frame.hex()
+        if want["kind"] != OTHER:
+            for name in ("opcode", "psn", "dqpn", "udp_sport", "src_ip", "dst_ip", "flow_hash"):
+                assert meta[name] == want[name], (name, frame.hex())
+            if want["opcode"] == 0x11:
+                assert (meta["syndrome"], meta["msn"]) == (want["syndrome"], want["msn"])
+            assert meta["ipv6"] == (want["ip_version"] == 6)
+        compared += 1
+    assert compared > 500
+
+
+def test_golden_never_reads_past_the_frame():
+    """Every prefix of the deepest frames parses (a read past the end would raise) and the model's view of a frame
+    does not depend on bytes after it."""
+    from lbpipe.tb.test_parser import base_frames
+    frames = base_frames()
+    for name in ("v4 two tags options 40", "v6 two tags", "atomic"):
+        frame = frames[name]
+        for k in range(1, len(frame) + 1):
+            assert parse(frame[:k]) == parse(bytearray(frame[:k])), (name, k)
+
+
+# --- RTL: cocotb under Icarus ----------------------------------------------------------------------------------------
+
+class ParserTop(Elaboratable):
+    """:class:`Parser` with flat ports for cocotb and Vivado: ``s_axis_<member>``, ``m_axis_<member>`` (what
+    cocotbext-axi's ``AxiStreamBus.from_prefix`` binds), ``meta_valid``, ``meta_ready``, ``meta_payload``
+    (``PacketMeta`` packing), and ``clk``/``rst`` from the ``sync`` domain."""
+
+    def __init__(self, *, user_width=1):
+        self.parser = Parser(user_width=user_width)
+        members = self.parser.signature.members
+        self.s_axis = {name: Signal(member.shape, name=f"s_axis_{name}")
+                       for name, member in members["s_axis"].signature.members.items()}
+        self.m_axis = {name: Signal(member.shape, name=f"m_axis_{name}")
+                       for name, member in members["m_axis"].signature.members.items()}
+        self.meta_valid = Signal(name="meta_valid")
+        self.meta_ready = Signal(name="meta_ready")
+        self.meta_payload = Signal(PacketMeta().size, name="meta_payload")
+
+    def ports(self):
+        return [*self.s_axis.values(), *self.m_axis.values(), self.meta_valid, self.meta_ready, self.meta_payload]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.parser = parser = self.parser
+        for name, member in AXI4StreamSignature().members.items():
+            inward, outward = getattr(parser.s_axis, name), getattr(parser.m_axis, name)
+            if member.flow == Out:      # source-driven members: in from s_axis_*, out to m_axis_*
+                m.d.comb += [inward.eq(self.s_axis[name]), self.m_axis[name].eq(outward)]
+            else:
+                m.d.comb += [self.s_axis[name].eq(inward), outward.eq(self.m_axis[name])]
+        m.d.comb += [
+            self.meta_valid.eq(parser.meta.valid),
+            parser.meta.ready.eq(self.meta_ready),
+            self.meta_payload.eq(parser.meta.payload.as_value()),
+        ]
+        return m
+
+
+def test_parser_top_ports():
+    names = [port.name for port in ParserTop().ports()]
+    members = ["tdata", "tkeep", "tvalid", "tready", "tlast", "tuser"]
+    assert names == ([f"s_axis_{n}" for n in members] + [f"m_axis_{n}" for n in members] +
+                     ["meta_valid", "meta_ready", "meta_payload"])
+
+
+def test_parser_cocotb():
+    top = ParserTop()
+    path = write_verilog(top, name="parser_top", ports=top.ports())
+    text = path.read_text()
+    for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "meta_payload"]:
+        assert f" {name};" in text, f"port {name} missing from {path}"
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser")
+
+
+@pytest.mark.skipif(shutil.which("verilator") is None, reason="verilator not installed")
+def test_parser_verilator_lint():
+    """Verilator --lint-only: no errors, latches, multiple drivers or combinational loops (as tests/test_lint.py
+    checks the registry's blocks)."""
+    top = ParserTop()
+    path = write_verilog(top, name="parser_top", ports=top.ports())
+    run = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-fatal", "--top-module", "parser_top",
+                          str(path)], capture_output=True, text=True, timeout=300)
+    text = run.stdout + run.stderr
+    assert run.returncode == 0, text[-3000:]
+    bad = re.findall(r"%(Error[^:]*|Warning-(?:LATCH|MULTIDRIVEN|UNOPTFLAT|BLKANDNBLK|COMBDLY|ALWCOMBORDER)):.*",
+                     text)
+    assert not bad, "\n".join(bad[:20])
+
+
+@pytest.mark.regression
+def test_parser_cocotb_tag_wrap():
+    top = ParserTop()
+    path = write_verilog(top, name="parser_top", ports=top.ports())
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="tag_wrap",
+               extra_env={"PARSER_TAG_WRAP": "1"})
+
+
+# --- synthesis -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.regression
+def test_parser_synthesis(tmp_path_factory):
+    from lbpipe.synth import synthesize
+    report = synthesize(Parser(), name="parser", workdir=tmp_path_factory.mktemp("parser_synth"))
+    print({k: report[k] for k in ("lut", "ff", "carry8", "muxf", "logic_levels", "seconds")})
+    print(report["critical_path"])
+    assert report["logic_levels"] <= 6, report["critical_path"]
