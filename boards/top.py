@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 
 from ..hdl.axil import ControlBridge
 
-__all__ = ["AxiLiteTop"]
+__all__ = ["AxiLiteTop", "FlatTop"]
 
 
 class AxiLiteTop(Elaboratable):
@@ -76,4 +76,63 @@ class AxiLiteTop(Elaboratable):
                 m.d.comb += port.eq(sig)
             else:
                 m.d.comb += sig.eq(port)
+        return m
+
+
+class FlatTop(Elaboratable):
+    """Any component with its interface ports flattened to ``<port>_<member>`` names (``s_axis_tdata``,
+    ``meta_valid``, ``meta_payload``), for blocks whose ports are not the metadata-stream triple (the packet I/O
+    stages). A ``ctl`` port, if present, is driven by a :class:`ControlBridge` behind ``s_axil_*``.
+
+    Parameters
+    ----------
+    block : wiring.Component
+    """
+
+    def __init__(self, block, *, addr_width=16):
+        self.block = block
+        self._flat = []          # (port object path, flat signal, flows into the block)
+        members = block.signature.members
+        self.bridge = ControlBridge(addr_width=addr_width) if "ctl" in members else None
+        for name, member in members.items():
+            if name in ("ctl", "stats"):
+                continue
+            self._flatten(name, member, getattr(block, name))
+        self.axil = {}
+        if self.bridge is not None:
+            for name, member in self.bridge.signature.members["axil"].signature.members.items():
+                self.axil[name] = Signal(member.shape, name=f"s_axil_{name}")
+
+    def _flatten(self, prefix, member, value):
+        # Members reached through an In member's signature are already flipped, so a port's own flow tells its
+        # direction as the block sees it.
+        if member.is_port:
+            flat = Signal(Shape.cast(member.shape).width, name=prefix)
+            self._flat.append((value, flat, member.flow == wiring.In))
+            return
+        for name, sub in member.signature.members.items():
+            self._flatten(f"{prefix}_{name}", sub, getattr(value, name))
+
+    def ports(self):
+        return [flat for _, flat, _ in self._flat] + list(self.axil.values())
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.block = block = self.block
+        for value, flat, into_block in self._flat:
+            value = value.as_value() if hasattr(value, "as_value") else value
+            if into_block:
+                m.d.comb += value.eq(flat)
+            else:
+                m.d.comb += flat.eq(value)
+        if self.bridge is not None:
+            m.submodules.bridge = bridge = self.bridge
+            wiring.connect(m, bridge.ctl, block.ctl)
+            axil_members = bridge.signature.members["axil"].signature.members
+            for name, sig in self.axil.items():
+                port = getattr(bridge.axil, name)
+                if axil_members[name].flow == wiring.In:
+                    m.d.comb += port.eq(sig)
+                else:
+                    m.d.comb += sig.eq(port)
         return m

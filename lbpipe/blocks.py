@@ -48,9 +48,14 @@ class Block:
     paper_ref: str
     params: List[Param]
     build: Callable
-    golden: Callable
+    golden: Optional[Callable]
     tb_module: str
     doc: str
+    #: ``"meta"``: ports ``i``/``o``/``ctl`` carrying metadata items (traces, replay, generic tests, benchmarks);
+    #: ``"packet"``: AXI4-Stream packet I/O stages, with their own testbenches (Verilog and synthesis only here).
+    interface: str = "meta"
+    #: Where a packet block's golden model lives (documentation and the completeness test).
+    golden_ref: Optional[str] = None
     paper: Dict[str, Any] = field(default_factory=dict)
     #: Small parameter sets the generic tests run RTL against golden on (fast to simulate, corner values).
     test_params: List[Dict[str, Any]] = field(default_factory=list)
@@ -58,6 +63,10 @@ class Block:
     random_params: Optional[Callable] = None
     report_extra: Optional[Callable] = None
     synth_nolutram: bool = False
+
+    @property
+    def is_meta(self):
+        return self.interface == "meta"
 
     def layouts(self, params):
         """``(input layout, output layout, control layout, component)`` of the block built with ``params``.
@@ -192,6 +201,18 @@ BLOCKS = {
         doc="docs/themis.md",
         paper={"memory": "193 kB (Eq. 4, Table 1)"},
         report_extra=_themis_d_extra,
+    ),
+    "parser": Block(
+        name="parser",
+        summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 packet metadata, frames passed through unchanged",
+        paper_ref="RoCEv2 (IBA annex A17); feeds every block",
+        params=[Param("user_width", 1, "width of the AXI4-Stream tuser, carried with the frame")],
+        build=_load("lbpipe.hdl.parser:Parser"),
+        golden=None,
+        golden_ref="lbpipe.sim.parser:parse",
+        tb_module="lbpipe.tb.test_parser",
+        doc="docs/packet_io.md",
+        interface="packet",
     ),
 }
 

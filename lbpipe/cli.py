@@ -90,17 +90,30 @@ def cmd_verilog(args):
             (out / f"{stem}.v").write_text(verilog.convert(top, name=stem, ports=top.ports()))
             bare = block.build(**params)
             (out / f"{stem}_core.v").write_text(verilog.convert(bare, name=f"{stem}_core"))
+            layouts = _payload_layouts(bare)
             (out / f"{stem}.json").write_text(json.dumps({
                 "block": block.name, "params": params, "top": stem, "core": f"{stem}_core",
-                "in_payload": _layout_doc(top.in_layout), "out_payload": _layout_doc(top.out_layout),
+                "ports": [sig.name for sig in top.ports()], **layouts,
             }, indent=2) + "\n")
-        progress.say(f"    {out / (stem + '.v')} (AXI4-Lite top), {out / (stem + '_core.v')} (bare block), "
-                     f"{out / (stem + '.json')} (payload bit layouts)")
+        progress.say(f"    {out / (stem + '.v')} (flat top), {out / (stem + '_core.v')} (bare block), "
+                     f"{out / (stem + '.json')} (ports and payload bit layouts)")
     return 0
 
 
 def _layout_doc(layout):
     return [{"field": name, "lsb": field.offset, "width": field.width} for name, field in layout]
+
+
+def _payload_layouts(component):
+    """``{"<port>_payload": [fields]}`` for every stream port of ``component`` whose payload is a struct."""
+    from amaranth.lib import data
+    out = {}
+    for name, member in component.signature.members.items():
+        if member.is_signature and "payload" in member.signature.members:
+            shape = member.signature.members["payload"].shape
+            if isinstance(shape, data.StructLayout):
+                out[{"i": "in", "o": "out"}.get(name, name) + "_payload"] = _layout_doc(shape)
+    return out
 
 
 def cmd_synth(args):
@@ -174,6 +187,8 @@ def cmd_bench(args):
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
         raise SystemExit("--param applies to one block, not 'all'")
+    from .bench import BENCHES
+    blocks = [b for b in blocks if b.name in BENCHES]
     results = []
     progress = Progress(len(blocks))
     for block in blocks:
@@ -194,6 +209,8 @@ def cmd_trace(args):
     from .sim.traffic import TRACES
     from .trace import write_events
     block = get_block(args.block)
+    if block.name not in TRACES:
+        raise ValueError(f"no random trace generator for {block.name}")
     params = _params_for(block, args)
     events = TRACES[block.name](args.seed, args.items, **params)
     write_events(args.output, events)

@@ -44,6 +44,9 @@ def run_golden(block_name, params, events):
 def golden_run(block_name, params, events):
     """Like :func:`run_golden`, and also return the model in its final state (for its statistics counters)."""
     block = get_block(block_name)
+    if not block.is_meta:
+        raise ValueError(f"{block_name} is a packet I/O stage: replay takes metadata blocks (pcap replay comes with "
+                         f"the Themis pipeline)")
     params = block.resolve(params)
     layout = check_events(block, params, events)
     model = block.golden(**params)
@@ -63,10 +66,12 @@ def _complete_ctl(cmd):
 
 
 def build_top(block_name, params):
-    """The block wrapped with its AXI4-Lite control bridge, as the RTL engine and ``lbpipe verilog`` build it."""
-    from .boards.top import AxiLiteTop
+    """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
+    build it: :class:`AxiLiteTop` for metadata blocks, :class:`FlatTop` for packet I/O stages."""
+    from .boards.top import AxiLiteTop, FlatTop
     block = get_block(block_name)
-    return AxiLiteTop(block.build(**block.resolve(params)))
+    component = block.build(**block.resolve(params))
+    return AxiLiteTop(component) if block.is_meta else FlatTop(component)
 
 
 def top_verilog(block_name, params, directory=None):
@@ -86,6 +91,8 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
     """
     from .tb.runner import run_cocotb
     block = get_block(block_name)
+    if not block.is_meta:
+        raise ValueError(f"{block_name} is a packet I/O stage: replay takes metadata blocks")
     params = block.resolve(params)
     check_events(block, params, events)
     path = top_verilog(block_name, params)
