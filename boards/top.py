@@ -82,7 +82,8 @@ class AxiLiteTop(Elaboratable):
 class FlatTop(Elaboratable):
     """Any component with its interface ports flattened to ``<port>_<member>`` names (``s_axis_tdata``,
     ``meta_valid``, ``meta_payload``), for blocks whose ports are not the metadata-stream triple (the packet I/O
-    stages). A ``ctl`` port, if present, is driven by a :class:`ControlBridge` behind ``s_axil_*``.
+    stages). A ``ctl`` port, if present, is driven by a :class:`ControlBridge` behind ``s_axil_*``, and a ``stats``
+    port becomes its STATUS_i registers.
 
     Parameters
     ----------
@@ -93,7 +94,9 @@ class FlatTop(Elaboratable):
         self.block = block
         self._flat = []          # (port object path, flat signal, flows into the block)
         members = block.signature.members
-        self.bridge = ControlBridge(addr_width=addr_width) if "ctl" in members else None
+        self.n_status = Shape.cast(members["stats"].shape).width // 32 if "stats" in members else 0
+        self.bridge = (ControlBridge(addr_width=addr_width, status_words=self.n_status) if "ctl" in members
+                       else None)
         for name, member in members.items():
             if name in ("ctl", "stats"):
                 continue
@@ -128,6 +131,8 @@ class FlatTop(Elaboratable):
         if self.bridge is not None:
             m.submodules.bridge = bridge = self.bridge
             wiring.connect(m, bridge.ctl, block.ctl)
+            for i in range(self.n_status):
+                m.d.comb += bridge.status[i].eq(block.stats.word_select(i, 32))
             axil_members = bridge.signature.members["axil"].signature.members
             for name, sig in self.axil.items():
                 port = getattr(bridge.axil, name)

@@ -202,6 +202,21 @@ BLOCKS = {
         paper={"memory": "193 kB (Eq. 4, Table 1)"},
         report_extra=_themis_d_extra,
     ),
+    "themis-s-wire": Block(
+        name="themis-s-wire",
+        summary="Themis-S as a bump in the wire: parser -> Themis-S (sport mode) -> deparser, 512-bit AXI4-Stream",
+        paper_ref="Themis (APNet 2025), section 3.2, on RoCEv2 frames",
+        params=[
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
+            Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+        ],
+        build=_load("lbpipe.hdl.themis_wire:ThemisSWire"),
+        golden=_load("lbpipe.sim.themis_wire:ThemisSWireModel"),
+        golden_ref="lbpipe.sim.themis_wire:ThemisSWireModel",
+        tb_module="lbpipe.tb.test_themis_wire",
+        doc="docs/packet_io.md",
+        interface="packet",
+    ),
     "parser": Block(
         name="parser",
         summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 packet metadata, frames passed through unchanged",

@@ -156,10 +156,19 @@ def _level_verdict(levels):
 
 
 def cmd_replay(args):
-    from .engine import run_golden, run_rtl
+    from .engine import replay_pcap, run_golden, run_rtl
     from .trace import read_events, write_events
     block = get_block(args.block)
     params = _params_for(block, args)
+    if not block.is_meta:
+        if not args.output:
+            raise ValueError("a pcap replay needs -o OUT.pcap")
+        ctl = read_events(args.ctl) if args.ctl else []
+        progress = Progress(1)
+        with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
+            replay_pcap(block.name, params, args.trace, args.output, ctl, engine=args.engine)
+        progress.say(f"frames written to {args.output}")
+        return 0
     events = read_events(args.trace)
     progress = Progress(1)
     stats = {}
@@ -254,9 +263,10 @@ def _parser():
 
     p = sub.add_parser("replay", help="run a JSONL trace through the golden model or the RTL")
     add_common(p, allow_all=False)
-    p.add_argument("trace", help="input trace, JSON Lines (see the block's datasheet)")
+    p.add_argument("trace", help="input: a JSON Lines trace (metadata blocks) or a pcap file (packet pipelines)")
+    p.add_argument("--ctl", help="packet pipelines: JSON Lines of control commands applied before the frames")
     p.add_argument("--engine", choices=("golden", "rtl"), default="golden")
-    p.add_argument("-o", "--output", help="output JSONL (default: standard output)")
+    p.add_argument("-o", "--output", help="output JSONL (default: standard output), or pcap for packet pipelines")
     p.add_argument("--idle", type=float, default=0.0, help="rtl: probability of an idle input cycle")
     p.add_argument("--backpressure", type=float, default=0.0, help="rtl: probability of output back-pressure")
     p.add_argument("--seed", type=int, default=1, help="rtl: seed of the idle/back-pressure generators")

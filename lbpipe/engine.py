@@ -11,7 +11,7 @@ import tempfile
 from .blocks import get_block
 from .trace import TraceError, pack, read_events, write_events
 
-__all__ = ["run_golden", "golden_run", "run_rtl", "check_events", "build_top", "top_verilog"]
+__all__ = ["run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
 
 
 def check_events(block, params, events):
@@ -117,3 +117,32 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
         if stats is not None and (tmp / "stats.json").exists():
             stats.update(json.loads((tmp / "stats.json").read_text()))
     return outputs
+
+
+def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="golden"):
+    """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
+
+    Only packet blocks with a golden model of whole frames (``process(frame) -> frame or None``) replay pcap files;
+    the RTL engine runs the block's cocotb ``replay`` test.
+    """
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap, wrpcap
+    block = get_block(block_name)
+    if block.is_meta or block.golden is None:
+        raise ValueError(f"{block_name} does not replay pcap files")
+    params = block.resolve(params)
+    if engine == "golden":
+        model = block.golden(**params)
+        for event in ctl_events:
+            model.control(_complete_ctl(event["ctl"]))
+        out = [model.process(bytes(p)) for p in rdpcap(str(pcap_in))]
+        wrpcap(str(pcap_out), [Ether(f) for f in out if f is not None])
+        return
+    from .tb.runner import run_cocotb
+    path = top_verilog(block_name, params)
+    with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
+        ctl = pathlib.Path(tmp) / "ctl.jsonl"
+        write_events(ctl, ctl_events)
+        env = {"LBPIPE_CTL": str(ctl), "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
+               "LBPIPE_PCAP_OUT": str(pathlib.Path(pcap_out).resolve())}
+        run_cocotb(path, toplevel="lbpipe_top", test_module=block.tb_module, testcase="replay", extra_env=env)
