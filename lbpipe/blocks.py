@@ -202,6 +202,23 @@ BLOCKS = {
         paper={"memory": "193 kB (Eq. 4, Table 1)"},
         report_extra=_themis_d_extra,
     ),
+    "deparser": Block(
+        name="deparser",
+        summary="Packet I/O: store-and-forward rewrite of frames from per-frame actions (UDP source port with "
+                "incremental ICRC and UDP checksum updates, drop)",
+        paper_ref="RoCEv2 (IBA annex A17), RFC 1624",
+        params=[
+            Param("depth", 256, "frame buffer in 64-byte beats (the largest frame is depth x 64 bytes)"),
+            Param("pending", 32, "frames whose action has not arrived yet"),
+            Param("user_width", 1, "width of the AXI4-Stream tuser"),
+        ],
+        build=_load("lbpipe.hdl.deparser:Deparser"),
+        golden=None,
+        golden_ref="lbpipe.sim.deparser:deparse",
+        tb_module="lbpipe.tb.test_deparser",
+        doc="docs/packet_io.md",
+        interface="packet",
+    ),
     "themis-s-wire": Block(
         name="themis-s-wire",
         summary="Themis-S as a bump in the wire: parser -> Themis-S (sport mode) -> deparser, 512-bit AXI4-Stream",
