@@ -52,11 +52,13 @@ def run_cocotb(verilog_path, *, toplevel, test_module, testcase=None, extra_env=
     # One simulator build per process: parallel test workers must not compile into the same directory.
     build_dir = verilog_path.parent / f"icarus-{os.getpid()}"
     runner = get_runner("icarus")
+    # The directory is named by the Verilog's hash and the process, so an existing simulator build in it is of
+    # exactly this source: reuse it across the tests of one worker instead of compiling again.
     runner.build(
         sources=[verilog_path],
         hdl_toplevel=toplevel,
         build_dir=build_dir,
-        always=True,
+        always=not (build_dir / "sim.vvp").exists(),
         timescale=("1ns", "1ps"),
         waves=waves,
         log_file=build_dir / "build.log",
