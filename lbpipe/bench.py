@@ -38,11 +38,17 @@ def _themis_d_network(params, n_paths):
     return scenario.params, scenario.events
 
 
+def _qp_classifier_lookups(params):
+    from .sim.qp_classifier import qp_classifier_bench
+    return qp_classifier_bench(params)
+
+
 #: Block -> [(scenario name, function(params) -> (params, events))].
 BENCHES = {
     "themis-s": [
         ("back-to-back data", lambda p: (p, _themis_s_data(p))),
     ],
+    "qp-classifier": [("back-to-back lookups", lambda p: (p, _qp_classifier_lookups(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

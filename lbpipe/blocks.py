@@ -149,6 +149,22 @@ def _themis_d_extra(params, component):
 
 _THEMIS_REFERENCE_QPS = 16 * 100
 
+
+# -- QP classifier ---------------------------------------------------------------------------------------------------
+
+def _qp_classifier_extra(params, component):
+    from .hdl.qp_classifier import QpSlot
+    slot_bits = QpSlot(n_entries=params["n_entries"], ipv6=params["ipv6"]).size
+    bits = component.memory_bits
+    keys = 2 * params["n_entries"]
+    return {
+        "Table": f"{params['ways']} ways x {params['buckets']} slots x {slot_bits} bit = {bits / 8 / 1000:.1f} kB; "
+                 f"{params['n_entries']} QPs take {keys} slots ({100 * keys / component.slots:.0f}% load)",
+        "Paper, section 4": f"13 B QP ID per flow entry: {13 * params['n_entries'] / 1000:.1f} kB for "
+                            f"{params['n_entries']} QPs; lbpipe matches two full keys per QP (one per direction), "
+                            f"exactly, IPv6 included",
+    }
+
 BLOCKS = {
     "themis-s": Block(
         name="themis-s",
@@ -201,6 +217,33 @@ BLOCKS = {
         doc="docs/themis.md",
         paper={"memory": "193 kB (Eq. 4, Table 1)"},
         report_extra=_themis_d_extra,
+    ),
+    "qp-classifier": Block(
+        name="qp-classifier",
+        summary="Exact-match QP classifier: RoCEv2 connection key to flow-table index (Themis-D's qp, qp_hit)",
+        paper_ref="Themis (APNet 2025), section 4 (the flow entry's QP ID, kept upstream of Themis-D)",
+        params=[
+            Param("n_entries", 4096, "flow-table entries the qp output indexes (QPs; each takes two slots)"),
+            Param("buckets", 4096, "slots per way, a power of two (4 x 4096 slots: 4096 QPs at 50% load)"),
+            Param("ways", 4, "ways, each with its own H3 hash (the control plane relocates keys between them)"),
+            Param("ipv6", True, "store 128-bit addresses (IPv4 and IPv6 keys); false: 32-bit, IPv4 keys only"),
+            Param("user_bits", 0, "width of the opaque user pass-through field (0: none)"),
+        ],
+        build=_load("lbpipe.hdl.qp_classifier:QpClassifier"),
+        golden=_load("lbpipe.sim.qp_classifier:QpClassifier"),
+        test_params=[
+            dict(n_entries=16, buckets=8, ways=2, ipv6=True, user_bits=0),
+            dict(n_entries=40, buckets=4, ways=3, ipv6=False, user_bits=5),
+            dict(n_entries=5, buckets=16, ways=1, ipv6=True, user_bits=0),
+            dict(n_entries=29, buckets=2, ways=8, ipv6=True, user_bits=0),
+        ],
+        random_params=lambda rng: dict(n_entries=rng.randrange(1, 300), buckets=1 << rng.randrange(1, 7),
+                                       ways=rng.randrange(1, 9), ipv6=rng.random() < 0.5,
+                                       user_bits=rng.choice([0, 1, 9])),
+        tb_module="lbpipe.tb.test_qp_classifier",
+        doc="docs/qp_classifier.md",
+        paper={"memory": "13 B QP ID per flow entry (section 4)"},
+        report_extra=_qp_classifier_extra,
     ),
     "deparser": Block(
         name="deparser",

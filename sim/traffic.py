@@ -9,8 +9,9 @@ import random
 
 from ..hdl.meta import PacketKind
 from .psn import PSN_MOD
+from .qp_classifier import qp_classifier_trace
 
-__all__ = ["TRACES", "themis_s_trace", "themis_d_trace"]
+__all__ = ["TRACES", "themis_s_trace", "themis_d_trace", "qp_classifier_trace"]
 
 _KINDS = [k.value for k in PacketKind]
 
@@ -73,4 +74,4 @@ def themis_d_trace(seed, n_items, *, n_qps, queue_depth, n_paths, entry_bits):
 
 
 #: Block name -> random trace generator ``f(seed, n_items, **params)``.
-TRACES = {"themis-s": themis_s_trace, "themis-d": themis_d_trace}
+TRACES = {"themis-s": themis_s_trace, "themis-d": themis_d_trace, "qp-classifier": qp_classifier_trace}
