@@ -14,6 +14,23 @@ from ..hdl.axil import ControlBridge
 __all__ = ["AxiLiteTop", "FlatTop"]
 
 
+def _axil_ports(bridge):
+    """Flat ``s_axil_<member>`` signals for a :class:`ControlBridge`'s AXI4-Lite port."""
+    return {name: Signal(member.shape, name=f"s_axil_{name}")
+            for name, member in bridge.signature.members["axil"].signature.members.items()}
+
+
+def _connect_axil(m, bridge, ports):
+    # The bridge holds the flipped (subordinate) view: its In members are driven from the top's ports.
+    members = bridge.signature.members["axil"].signature.members
+    for name, sig in ports.items():
+        port = getattr(bridge.axil, name)
+        if members[name].flow == wiring.In:
+            m.d.comb += port.eq(sig)
+        else:
+            m.d.comb += sig.eq(port)
+
+
 class AxiLiteTop(Elaboratable):
     """Wrap ``block`` (a component with ``i``, ``o`` and ``ctl`` ports) with a :class:`ControlBridge`.
 
@@ -44,9 +61,7 @@ class AxiLiteTop(Elaboratable):
         self.out_valid = Signal(name="out_valid")
         self.out_ready = Signal(name="out_ready")
         self.out_payload = Signal(out_shape.size, name="out_payload")
-        self.axil = {}
-        for name, member in self.bridge.signature.members["axil"].signature.members.items():
-            self.axil[name] = Signal(member.shape, name=f"s_axil_{name}")
+        self.axil = _axil_ports(self.bridge)
 
     def ports(self):
         """The flat port list, in a stable order, for ``verilog.convert(..., ports=...)``."""
@@ -68,14 +83,7 @@ class AxiLiteTop(Elaboratable):
             self.out_payload.eq(block.o.payload.as_value()),
             block.o.ready.eq(self.out_ready),
         ]
-        axil_members = bridge.signature.members["axil"].signature.members
-        for name, sig in self.axil.items():
-            port = getattr(bridge.axil, name)
-            # The bridge holds the flipped (subordinate) view: its In members are driven from the top's ports.
-            if axil_members[name].flow == wiring.In:
-                m.d.comb += port.eq(sig)
-            else:
-                m.d.comb += sig.eq(port)
+        _connect_axil(m, bridge, self.axil)
         return m
 
 
@@ -101,10 +109,7 @@ class FlatTop(Elaboratable):
             if name in ("ctl", "stats"):
                 continue
             self._flatten(name, member, getattr(block, name))
-        self.axil = {}
-        if self.bridge is not None:
-            for name, member in self.bridge.signature.members["axil"].signature.members.items():
-                self.axil[name] = Signal(member.shape, name=f"s_axil_{name}")
+        self.axil = _axil_ports(self.bridge) if self.bridge is not None else {}
 
     def _flatten(self, prefix, member, value):
         # Members reached through an In member's signature are already flipped, so a port's own flow tells its
@@ -133,11 +138,5 @@ class FlatTop(Elaboratable):
             wiring.connect(m, bridge.ctl, block.ctl)
             for i in range(self.n_status):
                 m.d.comb += bridge.status[i].eq(block.stats.word_select(i, 32))
-            axil_members = bridge.signature.members["axil"].signature.members
-            for name, sig in self.axil.items():
-                port = getattr(bridge.axil, name)
-                if axil_members[name].flow == wiring.In:
-                    m.d.comb += port.eq(sig)
-                else:
-                    m.d.comb += sig.eq(port)
+            _connect_axil(m, bridge, self.axil)
         return m

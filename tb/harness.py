@@ -23,7 +23,8 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from ..blocks import get_block
 from ..trace import pack, read_events, unpack, write_events
 
-__all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "run_reset_test", "Scoreboard", "settings_from_env"]
+__all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "run_reset_test", "Scoreboard", "settings_from_env",
+           "pause_pattern"]
 
 CLOCK_NS = 4  # 250 MHz, the OpenNIC user-logic clock
 
@@ -47,6 +48,15 @@ def settings_from_env():
         seed=int(os.environ.get("LBPIPE_SEED", "1")),
         compare=os.environ.get("LBPIPE_COMPARE", "1") == "1",
     )
+
+
+def pause_pattern(rng, p, longest=8):
+    """A cocotbext-axi pause generator: runs of 1 to ``longest`` cycles, each run paused with probability ``p``
+    (bursts as well as single cycles)."""
+    while True:
+        pause = rng.random() < p
+        for _ in range(rng.randint(1, longest)):
+            yield pause
 
 
 def _bind_stream(port, dut, prefix, layout, rng):
@@ -222,6 +232,15 @@ class TB:
         """Read STATUS_0 .. STATUS_{count-1} (the block's statistics counters) over AXI4-Lite."""
         return [await self.axil.read_dword(_REG_STATUS_BASE + 4 * i) for i in range(count)]
 
+    async def play(self, events):
+        """Send a trace: items queue on the input; each control command waits for the pipeline to drain first."""
+        for event in events:
+            if "ctl" in event:
+                await self.drain()
+                await self.control(event["ctl"])
+            else:
+                self.source.send(event["item"])
+
     async def drain(self, limit=1_000_000):
         """Wait until every item sent has come out (blocks return one item per item)."""
         for _ in range(limit):
@@ -298,12 +317,7 @@ async def run_trace_test(dut, *, corrupt=None):
     tb = TB(dut, block, params, idle=s["idle"], backpressure=s["backpressure"], seed=s["seed"], on_item=board)
     await tb.reset()
     start = tb.source.cycle
-    for event in events:
-        if "ctl" in event:
-            await tb.drain()
-            await tb.control(event["ctl"])
-        else:
-            tb.source.send(event["item"])
+    await tb.play(events)
     await tb.drain()
     cycles = tb.source.cycle - start
     n_items = sum(1 for e in events if "item" in e)
@@ -354,12 +368,7 @@ async def run_reset_test(dut):
     await tb.reset()
     rng = random.Random(s["seed"])
     cut = rng.randrange(len(events) // 4, 3 * len(events) // 4)
-    for event in events[:cut]:
-        if "ctl" in event:
-            await tb.drain()
-            await tb.control(event["ctl"])
-        else:
-            tb.source.send(event["item"])
+    await tb.play(events[:cut])
     await ClockCycles(dut.clk, rng.randrange(1, 8))   # items in flight
     await tb.reset()
     before = list(tb.sink.items)
@@ -370,12 +379,7 @@ async def run_reset_test(dut):
     tb.sink.items.clear()
     tb.sink.on_item = board
     tb.source.sent = 0
-    for event in events:
-        if "ctl" in event:
-            await tb.drain()
-            await tb.control(event["ctl"])
-        else:
-            tb.source.send(event["item"])
+    await tb.play(events)
     await tb.drain()
     errors += board.mismatches[:10]
     if board.index != len(board.expected):

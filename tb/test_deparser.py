@@ -32,6 +32,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from ..hdl.deparser import DeparseAction, Deparser
 from ..sim.deparser import deparse, rewrite_applies
 from ..trace import pack
+from .harness import pause_pattern
 
 __all__ = ["roce_offsets", "corpus", "sized_frame", "random_action", "ACTION_LATENCY", "LINE_RATE_SIZES"]
 
@@ -335,11 +336,7 @@ class TB:
             self.sink.set_pause_generator(self._pattern(0.3))
 
     def _pattern(self, p):
-        rng = random.Random(self.rng.random())
-        while True:
-            pause = rng.random() < p
-            for _ in range(rng.randint(1, 8)):
-                yield pause
+        return pause_pattern(random.Random(self.rng.random()), p, longest=8)
 
     async def reset(self):
         self.dut.rst.value = 1

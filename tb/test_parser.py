@@ -29,6 +29,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from ..hdl.parser import Parser, PacketMeta
 from ..sim.parser import parse
 from ..trace import unpack
+from .harness import pause_pattern
 
 __all__ = ["corpus", "sized_frames", "base_frames", "opcode_sweep", "with_tags", "with_ip_options", "LINE_RATE_SIZES"]
 
@@ -292,12 +293,7 @@ class TB:
             self.sink.set_pause_generator(self._pattern(0.3))
 
     def _pattern(self, p):
-        rng = random.Random(self.rng.random())
-        while True:
-            # Bursts as well as single cycles: runs of 1 to 8 cycles, paused with probability p.
-            pause = rng.random() < p
-            for _ in range(rng.randint(1, 8)):
-                yield pause
+        return pause_pattern(random.Random(self.rng.random()), p, longest=8)
 
     async def reset(self):
         self.dut.rst.value = 1

@@ -15,6 +15,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..sim.themis_wire import ThemisSWireModel
 from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak
+from .harness import pause_pattern
 
 CLOCK_NS = 4
 BEAT = 64
@@ -71,11 +72,7 @@ class TB:
             self.sink.set_pause_generator(self._pattern(0.4))
 
     def _pattern(self, p):
-        rng = random.Random(self.rng.random())
-        while True:
-            pause = rng.random() < p
-            for _ in range(rng.randint(1, 6)):
-                yield pause
+        return pause_pattern(random.Random(self.rng.random()), p, longest=6)
 
     async def reset(self):
         self.dut.rst.value = 1
