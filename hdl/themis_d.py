@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from .control import ControlSignature
 from .meta import PacketKind, PSN_BITS, TAG_BITS
 from .modn import ModN, residue_bits
-from .ring import RingMemory, RingState, ring_base, ring_drop, ring_push
+from .ring import RingMemory, RingState, ring_base, ring_drop, ring_push, wrap_inc
 
 __all__ = ["ThemisD", "ThemisDItem", "ThemisDResult", "ThemisDVerdict", "FlowEntry",
            "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN"]
@@ -455,7 +455,7 @@ class ThemisD(wiring.Component):
                 m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]
                 with m.If(~stop & (sc_left != 0)):
                     m.d.sync += [
-                        sc_pos.eq(Mux(sc_pos == Q - 1, 0, sc_pos + 1)),
+                        sc_pos.eq(wrap_inc(sc_pos, Q)),
                         sc_left.eq(sc_left - 1),
                         sc_pending.eq(1),
                     ]
