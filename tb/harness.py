@@ -24,7 +24,7 @@ from ..blocks import get_block
 from ..trace import pack, read_events, unpack, write_events
 
 __all__ = ["TB", "StreamSource", "StreamSink", "run_trace_test", "run_reset_test", "Scoreboard", "settings_from_env",
-           "pause_pattern"]
+           "pause_pattern", "AxisBench", "write_command"]
 
 CLOCK_NS = 4  # 250 MHz, the OpenNIC user-logic clock
 
@@ -168,6 +168,50 @@ class StreamSink:
         self._task.cancel()
 
 
+class AxisBench:
+    """Clock, reset and cocotbext-axi ``AxiStreamSource``/``AxiStreamSink`` on ``s_axis_*``/``m_axis_*`` (and an
+    ``AxiLiteMaster`` on ``s_axil_*`` when ``axil``), shared by the packet I/O testbenches. ``pauses`` gives the
+    source's and the sink's pause probabilities (runs of 1 to ``longest`` cycles), or None for none."""
+
+    def __init__(self, dut, *, seed=1, pauses=None, longest=8, axil=False, quiet=False):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink, AxiStreamSource
+        self.dut = dut
+        self.rng = random.Random(seed)
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        dut.rst.value = 1
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        if quiet:
+            for side in (self.source, self.sink):
+                side.log.setLevel("WARNING")        # not one line per frame
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst) if axil else None
+        if pauses:
+            p_source, p_sink = pauses
+            self.source.set_pause_generator(pause_pattern(random.Random(self.rng.random()), p_source, longest))
+            self.sink.set_pause_generator(pause_pattern(random.Random(self.rng.random()), p_sink, longest))
+
+    async def reset(self, cycles=4):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, cycles)
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
+    async def control(self, cmd):
+        """One control command through the AXI4-Lite bridge (see :meth:`TB.control`)."""
+        await write_command(self.axil, cmd)
+
+
+async def write_command(axil, cmd):
+    """Write ``{"table", "index", "data"}`` through a :class:`lbpipe.hdl.axil.ControlBridge`: TABLE, INDEX, DATA_LO,
+    DATA_HI, then COMMIT, which returns once the block has accepted the command."""
+    data = cmd.get("data", 0)
+    await axil.write_dword(_REG_TABLE, cmd.get("table", 0))
+    await axil.write_dword(_REG_INDEX, cmd.get("index", 0))
+    await axil.write_dword(_REG_DATA_LO, data & 0xFFFFFFFF)
+    await axil.write_dword(_REG_DATA_HI, (data >> 32) & 0xFFFFFFFF)
+    await axil.write_dword(_REG_COMMIT, 1)
+
+
 class Scoreboard:
     """Compares each RTL output with the golden model's, in order, and keeps the first mismatches."""
 
@@ -221,12 +265,7 @@ class TB:
 
     async def control(self, cmd):
         """Write one control command through the AXI4-Lite bridge; returns when the block has accepted it."""
-        data = cmd.get("data", 0)
-        await self.axil.write_dword(_REG_TABLE, cmd.get("table", 0))
-        await self.axil.write_dword(_REG_INDEX, cmd.get("index", 0))
-        await self.axil.write_dword(_REG_DATA_LO, data & 0xFFFFFFFF)
-        await self.axil.write_dword(_REG_DATA_HI, (data >> 32) & 0xFFFFFFFF)
-        await self.axil.write_dword(_REG_COMMIT, 1)
+        await write_command(self.axil, cmd)
 
     async def read_status(self, count):
         """Read STATUS_0 .. STATUS_{count-1} (the block's statistics counters) over AXI4-Lite."""

@@ -19,24 +19,21 @@ Actions are offered ``latency`` cycles after their frame's last beat is accepted
 it is ``latency`` edges after the one that took the last beat), as a parser followed by blocks would offer them.
 """
 
-import logging
 import os
 import random
 import struct
 from collections import deque
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..hdl.deparser import DeparseAction, Deparser
 from ..sim.deparser import deparse, rewrite_applies
 from ..trace import pack
-from .harness import pause_pattern
+from .harness import AxisBench
 
 __all__ = ["roce_offsets", "corpus", "sized_frame", "random_action", "ACTION_LATENCY", "LINE_RATE_SIZES"]
 
-CLOCK_NS = 4
 BEAT = 64
 #: Cycles from a frame's last beat to its action: the parser's 7, two 4-cycle blocks and a register.
 ACTION_LATENCY = 16
@@ -309,40 +306,20 @@ class ActionDriver:
             dut.act_valid.value = int(offered is not None)
 
 
-class TB:
+class TB(AxisBench):
     """Clock, reset, the AXI4-Stream source and sink and the action driver around ``deparser_top``."""
 
     def __init__(self, dut, *, pauses=False, latency=None, jitter=0, eager=False, seed=1):
-        from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
-        self.dut = dut
-        self.rng = random.Random(seed)
+        super().__init__(dut, seed=seed, pauses=(0.3, 0.3) if pauses else None, quiet=True)
         self.depth = int(os.environ.get("DEPARSER_DEPTH", 256))
         self.pending = int(os.environ.get("DEPARSER_PENDING", 32))
         if latency is None:
             latency = int(os.environ.get("DEPARSER_LATENCY", ACTION_LATENCY))
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        dut.rst.value = 1
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
-        for side in (self.source, self.sink):
-            side.log.setLevel(logging.WARNING)      # not one line per frame
         jitter_rng = random.Random(self.rng.random())
         self.driver = ActionDriver(dut, latency=latency, eager=eager,
                                    jitter=(lambda: jitter_rng.randrange(jitter + 1)) if jitter else None)
         self.user_width = len(dut.s_axis_tuser)
         self.sent = []
-        if pauses:
-            self.source.set_pause_generator(self._pattern(0.3))
-            self.sink.set_pause_generator(self._pattern(0.3))
-
-    def _pattern(self, p):
-        return pause_pattern(random.Random(self.rng.random()), p, longest=8)
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
 
     def send(self, frame, action):
         """Queue ``frame`` (random bytes in its last beat's unused lanes, a random ``tuser`` per beat) and its

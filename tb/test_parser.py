@@ -23,17 +23,15 @@ import random
 import struct
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..hdl.parser import Parser, PacketMeta
 from ..sim.parser import parse
 from ..trace import unpack
-from .harness import pause_pattern
+from .harness import AxisBench
 
 __all__ = ["corpus", "sized_frames", "base_frames", "opcode_sweep", "with_tags", "with_ip_options", "LINE_RATE_SIZES"]
 
-CLOCK_NS = 4
 BEAT = 64
 #: Frame sizes whose back-to-back throughput is measured.
 LINE_RATE_SIZES = (64, 65, 128, 129, 512, 1518, 9216)
@@ -274,32 +272,14 @@ class MetaMonitor:
             dut.meta_ready.value = ready
 
 
-class TB:
+class TB(AxisBench):
     """Clock, reset, the AXI4-Stream source and sink and the metadata monitor around ``parser_top``."""
 
     def __init__(self, dut, *, stalls=False, seed=1):
-        from cocotbext.axi import AxiStreamBus, AxiStreamSink, AxiStreamSource
-        self.dut = dut
-        self.rng = random.Random(seed)
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        dut.rst.value = 1
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        super().__init__(dut, seed=seed, pauses=(0.3, 0.3) if stalls else None)
         self.meta = MetaMonitor(dut, backpressure=0.3 if stalls else 0.0, rng=random.Random(self.rng.random()))
         self.user_width = len(dut.s_axis_tuser)
         self.sent = []
-        if stalls:
-            self.source.set_pause_generator(self._pattern(0.3))
-            self.sink.set_pause_generator(self._pattern(0.3))
-
-    def _pattern(self, p):
-        return pause_pattern(random.Random(self.rng.random()), p, longest=8)
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
 
     def send(self, frame):
         """Queue ``frame``; its last beat's unused lanes carry random bytes and each beat a random ``tuser``."""

@@ -7,19 +7,15 @@ output frame must carry a correct ICRC.
 """
 
 import os
-import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..sim.themis_wire import ThemisSWireModel
 from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak
-from .harness import pause_pattern
+from .harness import AxisBench
 
-CLOCK_NS = 4
 BEAT = 64
-_REG_TABLE, _REG_INDEX, _REG_DATA_LO, _REG_DATA_HI, _REG_COMMIT = 0x08, 0x0C, 0x10, 0x14, 0x18
 
 
 def frames_for(rng, count, sizes=None):
@@ -57,33 +53,9 @@ def frames_for(rng, count, sizes=None):
     return frames
 
 
-class TB:
+class TB(AxisBench):
     def __init__(self, dut, *, stalls, seed):
-        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink, AxiStreamSource
-        self.dut = dut
-        self.rng = random.Random(seed)
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        dut.rst.value = 1
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        if stalls:
-            self.source.set_pause_generator(self._pattern(0.3))
-            self.sink.set_pause_generator(self._pattern(0.4))
-
-    def _pattern(self, p):
-        return pause_pattern(random.Random(self.rng.random()), p, longest=6)
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
-
-    async def control(self, table, index, data):
-        for reg, value in ((_REG_TABLE, table), (_REG_INDEX, index), (_REG_DATA_LO, data & 0xFFFFFFFF),
-                           (_REG_DATA_HI, data >> 32), (_REG_COMMIT, 1)):
-            await self.axil.write_dword(reg, value)
+        super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True)
 
     def send(self, frame):
         from cocotbext.axi import AxiStreamFrame
@@ -97,7 +69,7 @@ async def _run(dut, *, stalls, seed, count, sizes=None, measure=False):
     model = ThemisSWireModel(n_paths=n_paths)
     for p in range(n_paths):
         value = tb.rng.randrange(1 << 16)
-        await tb.control(0, p, value)
+        await tb.control({"table": 0, "index": p, "data": value})
         model.control({"table": 0, "index": p, "data": value})
     frames = frames_for(tb.rng, count, sizes)
     expected = [model.process(f) for f in frames]
@@ -158,7 +130,7 @@ async def replay(dut):
         for line in f:
             if line.strip():
                 cmd = json.loads(line)["ctl"]
-                await tb.control(cmd.get("table", 0), cmd.get("index", 0), cmd.get("data", 0))
+                await tb.control(cmd)
     frames = [bytes(p) for p in rdpcap(os.environ["LBPIPE_PCAP_IN"])]
     for f in frames:
         tb.send(f)
@@ -176,7 +148,7 @@ async def reset_mid_traffic(dut):
     model = ThemisSWireModel(n_paths=n_paths)
     for p in range(n_paths):
         value = tb.rng.randrange(1 << 16)
-        await tb.control(0, p, value)
+        await tb.control({"table": 0, "index": p, "data": value})
         model.control({"table": 0, "index": p, "data": value})
     for f in frames_for(tb.rng, 30):
         tb.send(f)
