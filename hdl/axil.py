@@ -33,7 +33,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .control import (CONTROL_DATA_BITS, CONTROL_INDEX_BITS, CONTROL_TABLE_BITS, ControlSignature)
+from .control import CONTROL_DATA_BITS, CONTROL_INDEX_BITS, CONTROL_TABLE_BITS, ControlSignature
+from .control import check_int as _check_int
 
 __all__ = ["AXI4LiteSignature", "ControlBridge", "AXIL_RESP_OKAY"]
 
@@ -41,9 +42,6 @@ __all__ = ["AXI4LiteSignature", "ControlBridge", "AXIL_RESP_OKAY"]
 AXIL_RESP_OKAY = 0b00
 
 
-def _check_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
 
 
 class AXI4LiteSignature(wiring.Signature):

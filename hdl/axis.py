@@ -27,9 +27,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["AXI4StreamSignature"]
 
 
-def _check_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
+from .control import check_int as _check_int
 
 
 class AXI4StreamSignature(wiring.Signature):

@@ -11,11 +11,17 @@ packets and never races a packet's read-modify-write of the same entry.
 
 from amaranth.lib import data, stream
 
-__all__ = ["CONTROL_TABLE_BITS", "CONTROL_INDEX_BITS", "CONTROL_DATA_BITS", "ControlWrite", "ControlSignature"]
+__all__ = ["check_int", "CONTROL_TABLE_BITS", "CONTROL_INDEX_BITS", "CONTROL_DATA_BITS", "ControlWrite", "ControlSignature"]
 
 CONTROL_TABLE_BITS = 8
 CONTROL_INDEX_BITS = 24
 CONTROL_DATA_BITS = 64
+
+
+def check_int(name, value):
+    """Raise ``TypeError`` unless ``value`` is an integer (``bool`` is not); shared by the parameter checks."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
 
 
 def ControlWrite():

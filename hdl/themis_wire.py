@@ -15,14 +15,13 @@ NIC shell does not have; it is left to the switch integration.
 """
 
 from amaranth import Module
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axis import AXI4StreamSignature
 from .control import ControlSignature
-from .deparser import Deparser, DeparseAction
+from .deparser import Deparser
 from .fifo import StreamFIFO
-from .meta import PacketKind
 from .parser import Parser
 from .themis_s import ThemisS
 
