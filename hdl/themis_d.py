@@ -76,6 +76,7 @@ def ThemisDResult(*, n_qps, queue_depth):
     return data.StructLayout({
         **ThemisDItem(n_qps=n_qps).members,
         "drop":     1,
+        "arm":      1,
         "comp":     1,
         "comp_psn": PSN_BITS,
         "comp_msn": 24,
@@ -285,11 +286,11 @@ class ThemisD(wiring.Component):
         ]
 
         out = result
-        def load_out(verdict, drop=0, comp=0, comp_psn=0, comp_msn=0, scanned=0):
+        def load_out(verdict, drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, scanned=0):
             return [
                 out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
                 out.msn.eq(item.msn), out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop),
-                out.comp.eq(comp), out.comp_psn.eq(comp_psn), out.comp_msn.eq(comp_msn), out.scanned.eq(scanned),
+                out.arm.eq(arm), out.comp.eq(comp), out.comp_psn.eq(comp_psn), out.comp_msn.eq(comp_msn), out.scanned.eq(scanned),
             ]
 
         # -- data packet: compensation check and enqueue -----------------------------------------------------------
@@ -471,7 +472,8 @@ class ThemisD(wiring.Component):
                     drop = (sc_verdict == ThemisDVerdict.NACK_BLOCKED) | (sc_verdict == ThemisDVerdict.NACK_LATE)
                     m.d.comb += produce.eq(1)
                     with m.If(sc_active):
-                        m.d.comb += load_out(sc_verdict, drop=drop, scanned=sc_scanned)
+                        arm = may_update & (sc_verdict == ThemisDVerdict.NACK_BLOCKED)
+                        m.d.comb += load_out(sc_verdict, drop=drop, arm=arm, scanned=sc_scanned)
                     with m.Else():
                         m.d.comb += load_out(ThemisDVerdict.PASS)
                     m.next = "RUN"

@@ -132,7 +132,7 @@ class ThemisD:
         """Return the output item for one input item (a dict of ``ThemisDItem`` fields; missing fields are 0)."""
         item = {name: item.get(name, 0) for name in INPUT_FIELDS}
         out = dict(item)
-        out.update(drop=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0)
+        out.update(drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0)
         flow = self._flow(item)
         if flow is not None:
             if item["kind"] == PacketKind.DATA.value:
@@ -191,6 +191,7 @@ class ThemisD:
         if not flow.valid or not psn_after(flow.bepsn, e):
             if verdict == Verdict.NACK_BLOCKED:
                 flow.valid, flow.bepsn, flow.bres, flow.bmsn = 1, e, e % self.n_paths, item["msn"]
+                out["arm"] = 1
             else:
                 flow.valid = 0
         out["verdict"] = verdict

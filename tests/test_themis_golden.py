@@ -241,6 +241,21 @@ def test_stale_nack_does_not_disarm_compensation():
     assert (outs[4]["comp"], outs[4]["comp_psn"]) == (1, 10)
 
 
+def test_arm_marks_only_the_nack_that_armed():
+    """``arm`` is set on the blocked NACK whose ePSN became BePSN, and on no other: NACK(10) arms. A stale NACK for
+    ePSN 8 is blocked too (tPSN 11 is on the other path and nothing follows it) but, being before BePSN, changes
+    nothing, so its ``arm`` is 0 and 12 still compensates for 10 with NACK(10)'s MSN."""
+    model = _themis_d()
+    steps = [("d", 9), ("d", 11), ("n", 10), ("n", 8), ("d", 12)]
+    outs = []
+    for n, (kind, psn) in enumerate(steps):
+        outs.append(model.process({"kind": DATA if kind == "d" else NACK, "qp_hit": 1, "qp": 0, "psn": psn,
+                                   "msn": 100 + n, "tag": n}))
+    assert [o["arm"] for o in outs] == [0, 0, 1, 0, 0]
+    assert (outs[3]["verdict"], outs[3]["drop"]) == (Verdict.NACK_BLOCKED, 1)
+    assert (outs[4]["comp"], outs[4]["comp_psn"], outs[4]["comp_msn"]) == (1, 10, 102)
+
+
 def test_nack_at_or_after_bepsn_may_disarm():
     """A NACK for ePSN >= BePSN is the NIC's newer view: its verdict replaces the armed state. Here ePSN 13 with
     no evidence is forwarded and disarms, so 12 no longer compensates for 10."""
