@@ -91,7 +91,7 @@ class FlatTop(Elaboratable):
     """Any component with its interface ports flattened to ``<port>_<member>`` names (``s_axis_tdata``,
     ``meta_valid``, ``meta_payload``), for blocks whose ports are not the metadata-stream triple (the packet I/O
     stages). A ``ctl`` port, if present, is driven by a :class:`ControlBridge` behind ``s_axil_*``, and a ``stats``
-    port becomes its STATUS_i registers.
+    port becomes its STATUS_i registers; a block without ``ctl`` keeps ``stats`` as an output port.
 
     Parameters
     ----------
@@ -106,7 +106,8 @@ class FlatTop(Elaboratable):
         self.bridge = (ControlBridge(addr_width=addr_width, status_words=self.n_status) if "ctl" in members
                        else None)
         for name, member in members.items():
-            if name in ("ctl", "stats"):
+            # With a bridge, ``stats`` is read through its STATUS_i registers; without one it stays a port.
+            if name == "ctl" or (name == "stats" and self.bridge is not None):
                 continue
             self._flatten(name, member, getattr(block, name))
         self.axil = _axil_ports(self.bridge) if self.bridge is not None else {}

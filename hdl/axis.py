@@ -21,10 +21,10 @@ The signature is seen from the source, like ``stream.Signature``: a block that r
 ``In(AXI4StreamSignature())``, one that sends them ``Out(AXI4StreamSignature())``.
 """
 
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4StreamSignature"]
+__all__ = ["AXI4StreamSignature", "AxisBeat"]
 
 
 from .control import check_int as _check_int
@@ -116,3 +116,10 @@ class AXI4StreamSignature(wiring.Signature):
 
     def __repr__(self):
         return f"AXI4StreamSignature(data_width={self.data_width}, user_width={self.user_width})"
+
+
+def AxisBeat(*, data_width=512, user_width=1):
+    """One AXI4-Stream beat as a payload, for FIFOs and memories that hold beats (first field in the low bits):
+    ``data`` (``tdata``), ``keep`` (``tkeep``), ``last`` (``tlast``), ``user`` (``tuser``)."""
+    AXI4StreamSignature.check_parameters(data_width=data_width, user_width=user_width)
+    return data.StructLayout({"data": data_width, "keep": data_width // 8, "last": 1, "user": user_width})

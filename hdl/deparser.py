@@ -87,7 +87,7 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axis import AXI4StreamSignature
+from .axis import AXI4StreamSignature, AxisBeat
 from .crc import crc32_shift, crc32_update
 from .fifo import StreamFIFO
 from .meta import TAG_BITS
@@ -126,10 +126,6 @@ def DeparseAction():
         "icrc_off":  ICRC_OFF_BITS,
         "sport_xor": 16,
     })
-
-
-def _beat_layout(user_width):
-    return data.StructLayout({"data": 8 * _BEAT_BYTES, "keep": _BEAT_BYTES, "last": 1, "user": user_width})
 
 
 #: A frame's tail, kept until its action arrives: the last beat after the three bytes before it (``window`` byte
@@ -295,7 +291,7 @@ class Deparser(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         s, o, act = self.s_axis, self.m_axis, self.act
-        beat_layout = _beat_layout(self._user_width)
+        beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=self._user_width)
         m.submodules.beats = beats = StreamFIFO(shape=beat_layout, depth=self._depth)
         m.submodules.tails = tails = StreamFIFO(shape=_TAIL, depth=self._pending)
         m.submodules.edits = edits = StreamFIFO(shape=_EDIT, depth=self._depth)
@@ -466,7 +462,7 @@ class Deparser(wiring.Component):
             beats.o.ready.eq(adv & edits.o.valid),
             edits.o.ready.eq(adv & beats.o.valid & beats.o.payload.last),
         ]
-        beat_layout = _beat_layout(self._user_width)
+        beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=self._user_width)
 
         # O1: beat and edit out of their FIFOs; the beat's index in its frame, and that index minus one.
         idx = Signal(_BEAT_COUNT_BITS)

@@ -32,7 +32,7 @@ from .meta import PacketKind, PSN_BITS, TAG_BITS
 from .modn import ModN, residue_bits
 from .ring import RingMemory, RingState, ring_base, ring_drop, ring_push, wrap_inc
 
-__all__ = ["ThemisD", "ThemisDItem", "ThemisDResult", "ThemisDVerdict", "FlowEntry",
+__all__ = ["ThemisD", "check_parameters", "ThemisDItem", "ThemisDResult", "ThemisDVerdict", "FlowEntry",
            "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN"]
 
 TABLE_QP_SETUP = 0
@@ -97,6 +97,16 @@ def FlowEntry(*, queue_depth, n_paths):
     })
 
 
+def check_parameters(*, n_qps, queue_depth, n_paths, entry_bits):
+    """Raise ``TypeError``/``ValueError`` for parameters the block does not take (shared with the models)."""
+    for name, value, lo, hi in (("n_qps", n_qps, 1, 65536), ("queue_depth", queue_depth, 1, 255),
+                                ("n_paths", n_paths, 1, 256), ("entry_bits", entry_bits, 2, 24)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, not {value!r}")
+        if not lo <= value <= hi:
+            raise ValueError(f"{name} must be from {lo} to {hi}, not {value}")
+
+
 def _after(a, b, bits):
     """Serial-number order on ``bits``-bit values: ``0 < (a - b) mod 2**bits < 2**(bits-1)``."""
     d = (a - b)[:bits]
@@ -134,12 +144,7 @@ class ThemisD(wiring.Component):
     latency = 4
 
     def __init__(self, *, n_qps=1600, queue_depth=100, n_paths=256, entry_bits=9):
-        for name, value, lo, hi in (("n_qps", n_qps, 1, 65536), ("queue_depth", queue_depth, 1, 255),
-                                    ("n_paths", n_paths, 1, 256), ("entry_bits", entry_bits, 2, 24)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an integer, not {value!r}")
-            if not lo <= value <= hi:
-                raise ValueError(f"{name} must be from {lo} to {hi}, not {value}")
+        check_parameters(n_qps=n_qps, queue_depth=queue_depth, n_paths=n_paths, entry_bits=entry_bits)
         self._n_qps = n_qps
         self._queue_depth = queue_depth
         self._n_paths = n_paths

@@ -14,18 +14,21 @@ The two-tier case (``mode="port"``: Themis-S picks the egress port) needs the sw
 NIC shell does not have; it is left to the switch integration.
 """
 
-from amaranth import Module
+from amaranth import Cat, Module, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axis import AXI4StreamSignature
+from .compensator import N_COUNTERS, Compensator
 from .control import ControlSignature
 from .deparser import Deparser
 from .fifo import StreamFIFO
 from .parser import Parser
+from .qp_classifier import QpClassifier
+from .themis_d import ThemisD, ThemisDVerdict
 from .themis_s import ThemisS
 
-__all__ = ["ThemisSWire", "SideFields"]
+__all__ = ["ThemisSWire", "ThemisDWire", "SideFields", "TABLE_THEMIS_D_BASE"]
 
 
 def SideFields():
@@ -116,5 +119,108 @@ class ThemisSWire(wiring.Component):
             deparser.act.valid.eq(both),
             themis.o.ready.eq(deparser.act.ready & side.o.valid),
             side.o.ready.eq(deparser.act.ready & themis.o.valid),
+        ]
+        return m
+
+
+#: Control tables of :class:`ThemisDWire`: the QP classifier's at 0 to 3, Themis-D's at 16 and 17.
+TABLE_THEMIS_D_BASE = 16
+
+
+class ThemisDWire(wiring.Component):
+    """Parser, QP classifier, Themis-D and compensator in one component: Themis-D as a bump in the wire.
+
+    Frames from both directions of the destination ToR's NIC port share ``s_axis``: data towards the NIC and the
+    NIC's ACKs and NACKs (as they share Themis-D's input). The parser's item goes to the QP classifier, whose result
+    goes to Themis-D; Themis-D's decision becomes the compensator's action, which drops blocked NACKs, records the
+    NACK that armed compensation, and sends it again after the data frame that raises ``comp``
+    (:mod:`lbpipe.hdl.compensator`). Every other frame leaves bit for bit as it came, in order.
+
+    Parameters
+    ----------
+    n_qps, queue_depth, n_paths, entry_bits
+        Themis-D's (:class:`lbpipe.hdl.themis_d.ThemisD`); ``n_qps`` also sizes the classifier's index and the
+        compensator's templates.
+    buckets, ways, ipv6
+        The QP classifier's (:class:`lbpipe.hdl.qp_classifier.QpClassifier`).
+    depth : int
+        The compensator's frame buffer, in beats.
+
+    Members
+    -------
+    s_axis : In(AXI4StreamSignature(512, 1))
+    m_axis : Out(AXI4StreamSignature(512, 1))
+    ctl : In(ControlSignature())
+        Tables 0 to 15 go to the QP classifier (0 KEY, 1 INSERT, 2 DELETE, 3 CLEAR), tables 16 to 31 to Themis-D as
+        table ``t - 16`` (16 QP set-up, 17 QP tear-down); other tables are ignored.
+    stats : Out(32 * 16)
+        The classifier's 3 counters, Themis-D's 8, the compensator's 5, in that order.
+    """
+
+    def __init__(self, *, n_qps=1600, queue_depth=100, n_paths=256, entry_bits=9, buckets=4096, ways=4,
+                 ipv6=True, depth=256):
+        # The parts are built here so that bad parameters raise at construction, as for every block.
+        self._parser = Parser()
+        self._classifier = QpClassifier(n_entries=n_qps, buckets=buckets, ways=ways, ipv6=ipv6)
+        self._themis = ThemisD(n_qps=n_qps, queue_depth=queue_depth, n_paths=n_paths, entry_bits=entry_bits)
+        self._comp = Compensator(n_qps=n_qps, depth=depth)
+        axis = AXI4StreamSignature(data_width=512, user_width=1)
+        super().__init__({
+            "s_axis": In(axis),
+            "m_axis": Out(axis),
+            "ctl": In(ControlSignature()),
+            "stats": Out(32 * (3 + len(ThemisDVerdict) + N_COUNTERS)),
+        })
+
+    @property
+    def latency(self):
+        """Cycles from a frame's last beat in to its first beat out, unthrottled, for a data frame behind no NACK
+        scan: the parser's item latency, the classifier, Themis-D and the compensator (the datasheet has the
+        measured figure)."""
+        return Parser.latency + QpClassifier.latency + ThemisD.latency + Compensator.latency
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.parser = parser = self._parser
+        m.submodules.classifier = classifier = self._classifier
+        m.submodules.themis = themis = self._themis
+        m.submodules.comp = comp = self._comp
+
+        wiring.connect(m, wiring.flipped(self.s_axis), parser.s_axis)
+        wiring.connect(m, parser.m_axis, comp.s_axis)
+        wiring.connect(m, comp.m_axis, wiring.flipped(self.m_axis))
+        m.d.comb += self.stats.eq(Cat(classifier.stats, themis.stats, comp.stats))
+
+        meta, item = parser.meta.payload, classifier.i.payload
+        m.d.comb += [
+            item.kind.eq(meta.kind), item.ipv6.eq(meta.ipv6), item.src_ip.eq(meta.src_ip),
+            item.dst_ip.eq(meta.dst_ip), item.dqpn.eq(meta.dqpn), item.psn.eq(meta.psn), item.msn.eq(meta.msn),
+            item.tag.eq(meta.tag),
+            classifier.i.valid.eq(parser.meta.valid), parser.meta.ready.eq(classifier.i.ready),
+        ]
+        res, titem = classifier.o.payload, themis.i.payload
+        m.d.comb += [
+            titem.kind.eq(res.kind), titem.qp_hit.eq(res.qp_hit), titem.qp.eq(res.qp), titem.psn.eq(res.psn),
+            titem.msn.eq(res.msn), titem.tag.eq(res.tag),
+            themis.i.valid.eq(classifier.o.valid), classifier.o.ready.eq(themis.i.ready),
+        ]
+        dec, action = themis.o.payload, comp.act.payload
+        m.d.comb += [
+            action.tag.eq(dec.tag), action.drop.eq(dec.drop), action.record.eq(dec.arm), action.comp.eq(dec.comp),
+            action.qp.eq(dec.qp),
+            comp.act.valid.eq(themis.o.valid), themis.o.ready.eq(comp.act.ready),
+        ]
+
+        # Control: route by table number; a command for no block is taken and ignored.
+        cmd = self.ctl.payload
+        to_classifier = cmd.table < TABLE_THEMIS_D_BASE
+        to_themis = (cmd.table >= TABLE_THEMIS_D_BASE) & (cmd.table < 2 * TABLE_THEMIS_D_BASE)
+        m.d.comb += [
+            classifier.ctl.payload.eq(cmd),
+            themis.ctl.payload.eq(cmd),
+            themis.ctl.payload.table.eq(cmd.table - TABLE_THEMIS_D_BASE),
+            classifier.ctl.valid.eq(self.ctl.valid & to_classifier),
+            themis.ctl.valid.eq(self.ctl.valid & to_themis),
+            self.ctl.ready.eq(Mux(to_classifier, classifier.ctl.ready, Mux(to_themis, themis.ctl.ready, 1))),
         ]
         return m

@@ -122,8 +122,8 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
 def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="golden"):
     """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
 
-    Only packet blocks with a golden model of whole frames (``process(frame) -> frame or None``) replay pcap files;
-    the RTL engine runs the block's cocotb ``replay`` test.
+    Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
+    frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test.
     """
     from scapy.layers.l2 import Ether
     from scapy.utils import rdpcap, wrpcap
@@ -135,8 +135,12 @@ def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="go
         model = block.golden(**params)
         for event in ctl_events:
             model.control(_complete_ctl(event["ctl"]))
-        out = [model.process(bytes(p)) for p in rdpcap(str(pcap_in))]
-        wrpcap(str(pcap_out), [Ether(f) for f in out if f is not None])
+        out = []
+        for p in rdpcap(str(pcap_in)):
+            result = model.process(bytes(p))
+            # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
+            out += result if isinstance(result, list) else [] if result is None else [result]
+        wrpcap(str(pcap_out), [Ether(f) for f in out])
         return
     from .tb.runner import run_cocotb
     path = top_verilog(block_name, params)

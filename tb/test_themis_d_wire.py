@@ -1,0 +1,303 @@
+"""cocotb testbench of Themis-D in the wire (parser -> QP classifier -> Themis-D -> compensator), against its golden
+model.
+
+The DUT is :class:`lbpipe.boards.top.FlatTop` around :class:`lbpipe.hdl.themis_wire.ThemisDWire`: ``s_axis_*`` and
+``m_axis_*`` (cocotbext-axi AxiStreamSource/Sink) and ``s_axil_*`` (AxiLiteMaster: the classifier's table, QP
+set-up, and the 16 counters as STATUS_0..15). Traffic is a closed-loop Themis run
+(:func:`lbpipe.sim.themis_net.generate`: spraying over N paths, losses, a NIC-SR receiver that NACKs) turned into
+scapy RoCEv2 frames by :func:`closed_loop_traffic`, with foreign, malformed and truncated frames mixed in. Every
+output frame must equal the golden model's, bit for bit, every RoCEv2 output frame must carry a correct ICRC, and
+the counters must agree.
+"""
+
+import os
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from ..hdl.themis_wire import TABLE_THEMIS_D_BASE
+from ..sim.qp_classifier import QpTable
+from ..sim.themis_net import generate
+from ..sim.themis_wire import ThemisDWireModel
+from .harness import AxisBench
+from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak
+
+BEAT = 64
+
+#: The parameters the testbench builds the pipeline with (small tables, fast to simulate); the closed loop uses the
+#: Themis-D ones.
+WIRE_PARAMS = dict(n_qps=8, queue_depth=40, n_paths=3, entry_bits=10, buckets=64, ways=2, ipv6=True, depth=256)
+
+
+def _env_params():
+    """The build's parameters: WIRE_PARAMS, overridden by the runner's environment (``LBPIPE_WIRE_<NAME>``)."""
+    params = dict(WIRE_PARAMS)
+    for name, value in params.items():
+        text = os.environ.get(f"LBPIPE_WIRE_{name.upper()}")
+        if text is not None:
+            params[name] = (text == "1") if isinstance(value, bool) else int(text)
+    return params
+
+
+class Qp:
+    """Addresses of one QP at the destination ToR: ``local`` is the NIC below it (the responder), ``remote`` the
+    sender; data flows remote -> local with ``local_qpn``, NACKs local -> remote with ``remote_qpn``."""
+
+    def __init__(self, q):
+        self.ipv6 = q % 3 == 2
+        self.local = f"fd00::1:{q + 1:x}" if self.ipv6 else f"10.1.0.{q + 1}"
+        self.remote = f"fd00::2:{q + 1:x}" if self.ipv6 else f"10.2.0.{q + 1}"
+        self.local_qpn = 0x1000 + 7 * q
+        self.remote_qpn = 0x2000 + 5 * q
+        self.sport = 0xC000 + q
+        self.vlan = 10 + q if q % 4 == 1 else None
+
+    def options(self):
+        return {"vlan": self.vlan} if self.vlan is not None else {}
+
+    def data(self, psn, rng):
+        return roce_data(self.remote, self.local, self.sport, self.local_qpn, psn,
+                         opcode=rng.choice([RC_SEND_ONLY, RC_RDMA_WRITE_MIDDLE]),
+                         payload_len=rng.choice([0, 16, 64, 200, 512]), **self.options())
+
+    def nack(self, epsn, msn):
+        return roce_nak(self.local, self.remote, self.sport, self.remote_qpn, epsn, msn=msn, **self.options())
+
+
+def setup_commands(qps, *, n_qps, buckets, ways, ipv6):
+    """The control commands that install ``qps`` (index ``q`` for ``qps[q]``) in the classifier and set them up in
+    Themis-D."""
+    table = QpTable(n_entries=n_qps, buckets=buckets, ways=ways, ipv6=ipv6)
+    cmds = []
+    for q, qp in enumerate(qps):
+        cmds += table.add_qp(qp.local, qp.remote, qp.local_qpn, qp.remote_qpn, q)
+        cmds.append({"table": TABLE_THEMIS_D_BASE + 0, "index": q, "data": 0})
+    return cmds
+
+
+def foreign_frame(rng, qps):
+    """A frame Themis-D must not act on, or that the parser must pass untouched: ACKs and CNPs of known QPs, data
+    and NACKs of unknown QPs, other NAK codes, non-RoCE traffic, truncated and malformed RoCEv2 frames, runts."""
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+    qp = rng.choice(qps)
+    r = rng.randrange(10)
+    if r == 0:
+        return bytes(roce_ack(qp.local, qp.remote, qp.sport, qp.remote_qpn, rng.randrange(1 << 24), msn=3))
+    if r == 1:
+        return bytes(roce_cnp(qp.remote, qp.local, qp.sport, qp.local_qpn))
+    if r == 2:     # a QP the classifier does not know
+        return bytes(roce_data(qp.remote, qp.local, qp.sport, 0x7777, rng.randrange(1 << 24), payload_len=32))
+    if r == 3:
+        return bytes(roce_nak(qp.local, "fd00::9" if qp.ipv6 else "10.9.9.9", qp.sport, qp.remote_qpn,
+                              rng.randrange(1 << 24)))
+    if r == 4:     # a NAK that is not a PSN sequence error
+        return bytes(roce_nak(qp.local, qp.remote, qp.sport, qp.remote_qpn, rng.randrange(1 << 24), syndrome=0x62))
+    if r == 5:
+        return bytes(Ether() / IP(src="1.2.3.4", dst="5.6.7.8") / rng.choice([TCP(dport=80), UDP(dport=53)]) /
+                     Raw(b"z" * rng.randrange(0, 300)))
+    if r == 6:     # a NACK of a known QP cut inside its AETH: must pass untouched, not be filtered
+        frame = bytes(qp.nack(rng.randrange(1 << 24), 1))
+        return frame[:len(frame) - 4 - rng.randrange(1, 5)]
+    if r == 7:     # a data frame of a known QP cut in its payload
+        frame = bytes(qp.data(rng.randrange(1 << 24), rng))
+        return frame[:max(1, len(frame) - 40)]
+    if r == 8:     # a runt
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 60)))
+    frame = bytearray(bytes(qp.nack(rng.randrange(1 << 24), 1)))   # a NACK whose UDP length is wrong
+    l4 = 14 + (4 if qp.vlan is not None else 0) + (40 if qp.ipv6 else 20)
+    frame[l4 + 4:l4 + 6] = (int.from_bytes(frame[l4 + 4:l4 + 6], "big") + 4).to_bytes(2, "big")
+    return bytes(frame)
+
+
+def closed_loop_traffic(seed, *, n_flows=4, packets_per_flow=50, loss=0.03, params=None):
+    """``(commands, frames, scenario)``: a closed-loop Themis run on QPs 0 to ``n_flows - 1`` as frames, its
+    foreign items replaced by :func:`foreign_frame` frames, and the control commands that set the QPs up."""
+    params = dict(WIRE_PARAMS if params is None else params)
+    sc = generate(seed, n_paths=params["n_paths"], n_qps=params["n_qps"], queue_depth=params["queue_depth"],
+                  entry_bits=params["entry_bits"], n_flows=n_flows, packets_per_flow=packets_per_flow, loss=loss,
+                  gap_ns=100, path_delay_ns=(1000, 4000), last_hop_ns=200, foreign=0.08)
+    rng = random.Random(f"frames-{seed}")
+    qps = [Qp(q) for q in range(n_flows)]
+    cmds = setup_commands(qps, n_qps=params["n_qps"], buckets=params["buckets"], ways=params["ways"],
+                          ipv6=params["ipv6"])
+    frames = []
+    for ev, info in zip(sc.items, sc.info):
+        item = ev["item"]
+        if info["origin"] == "data":
+            frames.append(bytes(qps[item["qp"]].data(item["psn"], rng)))
+        elif info["origin"] == "nack":
+            frames.append(bytes(qps[item["qp"]].nack(item["psn"], item["msn"])))
+        else:
+            frames.append(foreign_frame(rng, qps))
+    return cmds, frames, sc
+
+
+class TB(AxisBench):
+    def __init__(self, dut, *, stalls, seed):
+        super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True, quiet=True)
+
+    def send(self, frame):
+        from cocotbext.axi import AxiStreamFrame
+        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+
+    async def setup(self, model, cmds):
+        for cmd in cmds:
+            await self.control(cmd)
+            model.control(cmd)
+
+    async def check_frames(self, expected, inputs=None):
+        """Receive ``len(expected)`` frames and compare; returns the error messages."""
+        errors = []
+        for i, want in enumerate(expected):
+            got = bytes((await self.sink.recv()).tdata)
+            if got != want:
+                errors.append(f"output frame {i} ({len(want)} bytes, kind {classify(want)['kind']}): differs from "
+                              f"the golden model ({len(got)} bytes, kind {classify(got)['kind']})")
+            elif classify(got)["kind"] != 0 and got[-4:] != icrc(got):
+                errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
+        return errors
+
+    async def check_counters(self, model):
+        counters = [await self.axil.read_dword(0x40 + 4 * i) for i in range(len(model.stats()))]
+        if counters != model.stats():
+            return [f"counters {counters}, golden model {model.stats()}"]
+        return []
+
+
+async def _closed_loop(dut, *, stalls, seed):
+    params = _env_params()
+    tb = TB(dut, stalls=stalls, seed=seed)
+    await tb.reset()
+    model = ThemisDWireModel(**params)
+    cmds, frames, _ = closed_loop_traffic(seed, params=params)
+    await tb.setup(model, cmds)
+    expected = [f for frame in frames for f in model.process(frame)]
+    for f in frames:
+        tb.send(f)
+    errors = await tb.check_frames(expected)
+    await ClockCycles(dut.clk, 20)
+    if not tb.sink.empty():
+        errors.append("more frames than the golden model sends")
+    errors += await tb.check_counters(model)
+    sent = model.comp.stats()[3]
+    dut._log.info("%d frames in, %d out, %d compensation NACKs, counters %s", len(frames), len(expected), sent,
+                  model.stats())
+    assert sent > 0 and model.comp.stats()[0] > 0, "the traffic must exercise drops and compensation"
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def closed_loop(dut):
+    """A closed-loop run (spraying, losses, NIC NACKs) with foreign and malformed frames, no stalls."""
+    await _closed_loop(dut, stalls=False, seed=1)
+
+
+@cocotb.test()
+async def closed_loop_with_stalls(dut):
+    """The same with random idle input and output back-pressure, another seed."""
+    await _closed_loop(dut, stalls=True, seed=5)
+
+
+@cocotb.test()
+async def line_rate(dut):
+    """In-order data of known QPs, back-to-back frames of many sizes, no stalls: one beat accepted per clock."""
+    params = _env_params()
+    tb = TB(dut, stalls=False, seed=3)
+    await tb.reset()
+    model = ThemisDWireModel(**params)
+    qps = [Qp(q) for q in range(4)]
+    await tb.setup(model, setup_commands(qps, n_qps=params["n_qps"], buckets=params["buckets"], ways=params["ways"],
+                                         ipv6=params["ipv6"]))
+    rng = random.Random(3)
+    sizes = [0, 1, 50, 200, 960, 1400, 4000, 9000]
+    frames = []
+    psn = [rng.randrange(1 << 24) for _ in qps]
+    for n in range(100):
+        q = n % len(qps)
+        frames.append(bytes(roce_data(qps[q].remote, qps[q].local, qps[q].sport, qps[q].local_qpn, psn[q],
+                                      payload_len=sizes[n % len(sizes)], **qps[q].options())))
+        psn[q] = (psn[q] + 1) % (1 << 24)
+    expected = [f for frame in frames for f in model.process(frame)]
+    total = sum((len(f) + BEAT - 1) // BEAT for f in frames)
+    accepted = []
+
+    async def count_beats():
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
+                accepted.append(1)
+            elif accepted and len(accepted) < total:
+                accepted.append(0)
+    cocotb.start_soon(count_beats())
+    for f in frames:
+        tb.send(f)
+    errors = await tb.check_frames(expected)
+    assert not errors, "\n".join(errors[:10])
+    rate = sum(accepted) / len(accepted)
+    dut._log.info("beats accepted per clock: %.4f over %d cycles", rate, len(accepted))
+    assert rate == 1.0, f"{rate} beats per clock"
+
+
+@cocotb.test()
+async def reset_mid_traffic(dut):
+    """Reset with frames in flight: afterwards the pipeline behaves as freshly reset (Themis-D's flow table cleared,
+    the classifier's table kept), every frame as the golden model says."""
+    params = _env_params()
+    tb = TB(dut, stalls=False, seed=6)
+    await tb.reset()
+    model = ThemisDWireModel(**params)
+    cmds, frames, _ = closed_loop_traffic(6, params=params)
+    await tb.setup(model, cmds)
+    for f in frames[:60]:
+        tb.send(f)
+    await ClockCycles(dut.clk, 100 + tb.rng.randrange(60))
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    tb.source.clear()
+    tb.sink.clear()
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+    model.reset()
+    # Themis-D's flow table is clear after reset: set the QPs up again (the classifier's table is kept).
+    await tb.setup(model, [c for c in cmds if c["table"] >= TABLE_THEMIS_D_BASE])
+    rest = frames[60:]
+    expected = [f for frame in rest for f in model.process(frame)]
+    for f in rest:
+        tb.send(f)
+    errors = await tb.check_frames(expected)
+    await ClockCycles(dut.clk, 50)
+    if not tb.sink.empty():
+        errors.append("frames left over after the reset")
+    errors += await tb.check_counters(model)
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def replay(dut):
+    """``lbpipe replay themis-d-wire IN.pcap --ctl CTL --engine rtl``: control commands, the frames, the frames out
+    (the run ends when no frame has come out for 2,000 cycles after the last one went in)."""
+    import json
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap, wrpcap
+    tb = TB(dut, stalls=False, seed=1)
+    await tb.reset()
+    with open(os.environ["LBPIPE_CTL"]) as f:
+        for line in f:
+            if line.strip():
+                await tb.control(json.loads(line)["ctl"])
+    frames = [bytes(p) for p in rdpcap(os.environ["LBPIPE_PCAP_IN"])]
+    for f in frames:
+        tb.send(f)
+    out = []
+    idle = 0
+    while idle < 2000 or not tb.source.empty():
+        await RisingEdge(dut.clk)
+        if tb.sink.empty():
+            idle += 1
+        else:
+            out.append(bytes(tb.sink.recv_nowait().tdata))
+            idle = 0
+    wrpcap(os.environ["LBPIPE_PCAP_OUT"], [Ether(f) for f in out])
