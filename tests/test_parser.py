@@ -105,8 +105,12 @@ def test_packet_meta_layout():
         "bth_off": 8, "icrc_off": 16, "src_ip": 128, "dst_ip": 128, "udp_sport": 16, "udp_dport": 16,
         "udp_len": 16, "udp_csum": 16, "opcode": 8, "dqpn": 24, "psn": 24, "ackreq": 1, "syndrome": 8,
         "msn": 24, "flow_hash": 16,
+        "laps": 1, "laps_bad": 1, "laps_probe": 1, "laps_ack": 1, "laps_count": 3, "laps_sr_idx": 8,
+        "laps_pid": 16, "laps_time": 48, "laps_anchors": 128, "laps_off": 8,
     }
-    assert layout.size == 512
+    # The RoCEv2 fields fill the first 512 bits as before LAPS; the LAPS fields follow them.
+    assert layout.size == 512 + 215
+    assert layout["flow_hash"].offset == 512 - 16 and layout["laps"].offset == 512
     assert layout["kind"].shape is PacketKind and layout["kind"].offset == 0
     assert meta_fields() == list(widths)
 
