@@ -21,8 +21,8 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.axis import AXI4StreamSignature
 from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, RETH_OPCODES, PacketMeta, Parser,
-                               _crc16_columns, meta_fields)
+from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, LAPS_PORT, RETH_OPCODES, PacketMeta,
+                               Parser, _crc16_columns, meta_fields)
 from lbpipe.sim.parser import hw_length, parse, parse_frames
 from lbpipe.tb.runner import run_cocotb, write_verilog
 
@@ -310,8 +310,8 @@ class ParserTop(Elaboratable):
     cocotbext-axi's ``AxiStreamBus.from_prefix`` binds), ``meta_valid``, ``meta_ready``, ``meta_payload``
     (``PacketMeta`` packing), and ``clk``/``rst`` from the ``sync`` domain."""
 
-    def __init__(self, *, user_width=1):
-        self.parser = Parser(user_width=user_width)
+    def __init__(self, *, user_width=1, laps_port=LAPS_PORT):
+        self.parser = Parser(user_width=user_width, laps_port=laps_port)
         members = self.parser.signature.members
         self.s_axis = {name: Signal(member.shape, name=f"s_axis_{name}")
                        for name, member in members["s_axis"].signature.members.items()}
@@ -348,13 +348,17 @@ def test_parser_top_ports():
                      ["meta_valid", "meta_ready", "meta_payload"])
 
 
-def test_parser_cocotb():
-    top = ParserTop()
+# The default LAPS port, and 4790: one bit from RoCEv2's 4791, in the low range, and a port the corpus's "udp v6
+# other port" frame uses (a 1-byte datagram: a malformed LAPS header there).
+@pytest.mark.parametrize("laps_port", [LAPS_PORT, 4790])
+def test_parser_cocotb(laps_port):
+    top = ParserTop(laps_port=laps_port)
     path = write_verilog(top, name="parser_top", ports=top.ports())
     text = path.read_text()
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "meta_payload"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser")
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser",
+               extra_env={"PARSER_LAPS_PORT": str(laps_port)})
 
 
 @pytest.mark.regression
