@@ -67,6 +67,19 @@ def test_laps_port_bad(laps_port, exc, message):
         parse(bytes(60), laps_port=laps_port)
 
 
+def test_laps_port_in_the_registry():
+    """``lbpipe ... parser --param laps_port=N`` reaches the component; the registry states the default itself (it
+    does not import the hardware), so it is checked against the parser's."""
+    from lbpipe.blocks import get_block, parse_params
+    block = get_block("parser")
+    assert block.defaults()["laps_port"] == LAPS_PORT
+    params = block.resolve(parse_params(block, ["laps_port=0x1388"]))
+    assert params == {"user_width": 1, "laps_port": 5000}
+    assert block.build(**params).laps_port == 5000
+    with pytest.raises(ValueError, match="RoCEv2"):
+        block.build(**block.resolve({"laps_port": 4791}))
+
+
 def test_laps_port_keyword_only():
     with pytest.raises(TypeError):
         parse(bytes(60), 0, LAPS_PORT)
