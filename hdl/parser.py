@@ -198,8 +198,9 @@ def PacketMeta():
     msn            24     AETH MSN, with ``aeth``
     flow_hash      16     CRC-16/CCITT-FALSE of src, dst (4 or 16 bytes) and dqpn (3 bytes), with ``roce``
     laps           1      a whole, well-formed LAPS header (the ``laps_*`` fields below it are 0 otherwise)
-    laps_bad       1      a LAPS header on ``laps_port`` that is malformed: count above 4, or longer than the
-                          UDP datagram
+    laps_bad       1      a malformed LAPS header (count above 4, or longer than the UDP datagram) on
+                          ``laps_port`` in a frame that passes the UDP rules of RoCEv2 (not truncated, UDP
+                          length at most the IP payload)
     laps_probe     1      LAPS type bit: a probe or probe ACK (1), data or ACK (0), with ``laps``
     laps_ack       1      an ACK or probe ACK (1), data or probe (0), with ``laps``
     laps_count     3      anchors in the header (0 to 4), with ``laps``
