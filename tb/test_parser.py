@@ -14,8 +14,10 @@ frames; the stream rule on ``meta``. Without idle cycles and back-pressure also:
 
 Tests: ``corpus_with_stalls`` (idle cycles on ``s_axis``, back-pressure on ``m_axis`` and ``meta``, in random
 bursts), ``corpus_at_line_rate`` (none: latency and throughput checked too), ``line_rate`` (beats per clock by
-frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, and ``tag_wrap`` (65,540 frames; skipped
-unless ``PARSER_TAG_WRAP=1``, which the regression sets).
+frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, ``tag_wrap`` (65,540 frames; skipped
+unless ``PARSER_TAG_WRAP=1``, which the regression sets), and ``laps_fuzz`` (:func:`laps_frames` with
+``PARSER_LAPS_FUZZ`` mutated frames from seed ``PARSER_LAPS_SEED``, with stalls; skipped unless the regression sets
+them).
 
 The parser's ``laps_port`` comes from ``PARSER_LAPS_PORT`` (default :data:`lbpipe.hdl.parser.LAPS_PORT`): the
 corpus builds its LAPS frames on that port and the golden model is run with it.
@@ -531,3 +533,19 @@ async def tag_wrap(dut):
     assert tags == [k & 0xFFFF for k in range(count)], "tags do not count frames modulo 2**16"
     want = parse(frame, 0, laps_port=tb.laps_port)
     assert all({**item, "tag": 0} == want for item in tb.meta.items[::4096]), "items differ"
+
+
+@cocotb.test(skip=os.environ.get("PARSER_LAPS_FUZZ") is None)
+async def laps_fuzz(dut):
+    """LAPS frames with many random mutations, idle cycles and back-pressure (run by the regression only)."""
+    seed = int(os.environ.get("PARSER_LAPS_SEED", "1"))
+    tb = TB(dut, stalls=True, seed=seed)
+    await tb.reset()
+    frames = laps_frames(random.Random(seed), tb.laps_port, fuzz=int(os.environ["PARSER_LAPS_FUZZ"]))
+    for frame in frames:
+        tb.send(frame)
+    errors = await tb.collect(frames)
+    dut._log.info("%d LAPS frames on port %d: %d LAPS, %d malformed", len(frames), tb.laps_port,
+                  sum(parse(f, laps_port=tb.laps_port)["laps"] for f in frames),
+                  sum(parse(f, laps_port=tb.laps_port)["laps_bad"] for f in frames))
+    assert not errors, "\n".join(errors[:20])

@@ -369,6 +369,19 @@ def test_parser_cocotb_tag_wrap():
                extra_env={"PARSER_TAG_WRAP": "1"})
 
 
+@pytest.mark.regression
+@pytest.mark.parametrize("seed", range(4))
+def test_parser_cocotb_laps_fuzz(seed):
+    """Random LAPS ports (one build each) and 3,000 mutated LAPS frames each."""
+    import random
+    laps_port = random.Random(seed).choice([p for p in range(1, 65536) if p != 4791])
+    top = ParserTop(laps_port=laps_port)
+    path = write_verilog(top, name="parser_top", ports=top.ports())
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="laps_fuzz",
+               extra_env={"PARSER_LAPS_PORT": str(laps_port), "PARSER_LAPS_FUZZ": "3000",
+                          "PARSER_LAPS_SEED": str(seed)})
+
+
 # --- synthesis -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.regression
