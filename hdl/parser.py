@@ -1,14 +1,16 @@
 """Packet parser: a 512-bit AXI4-Stream of Ethernet frames in, the same frames and one metadata item per frame out.
 
 The parser is the first stage of an lbpipe packet pipeline: it turns each frame into the :func:`PacketMeta` item
-the load-balancing blocks take (``kind``, ``psn``, ``dqpn``, ``flow_hash``, ... and ``tag``), and passes the frame
-on, beat for beat and bit for bit, so that a deparser can buffer it and rewrite it from the blocks' results.
+the load-balancing blocks take (``kind``, ``psn``, ``dqpn``, ``flow_hash``, ... for RoCEv2; ``laps``, ``laps_pid``,
+``laps_time``, ``laps_anchors``, ... for LAPS; ``tag``), and passes the frame on, beat for beat and bit for bit, so
+that a deparser can buffer it and rewrite it from the blocks' results.
 What the parser does not understand it passes without a second look: other EtherTypes, other UDP ports, IP
 fragments, malformed and truncated frames (the frame is forwarded as it came; its item says OTHER and which
 headers were found, and ``truncated`` says the frame ended inside a header or inside its IP packet).
 
-The rules (which header counts as found, when a frame is RoCEv2, the kinds) are stated once, in the golden model
-:mod:`lbpipe.sim.parser`, which the tests hold the hardware to bit for bit. Choices made where the issue is silent:
+The rules (which header counts as found, when a frame is RoCEv2 or LAPS, the kinds) are stated once, in the
+golden model :mod:`lbpipe.sim.parser`, which the tests hold the hardware to bit for bit. Choices made where the
+issue is silent:
 
 * **The item is emitted after the frame's last beat**, ``latency`` (7) cycles after ``s_axis`` accepts it when
   ``meta`` is not back-pressured. Only at ``tlast`` is the frame length known, and the RoCEv2 rules are strict
@@ -16,12 +18,13 @@ The rules (which header counts as found, when a frame is RoCEv2, the kinds) are 
   emitted at the end of the headers would have to be revoked at ``tlast``, and the blocks behind the parser keep
   per-flow state (Themis-D's PSN rings) that a revoked item would already have changed. The deparser is therefore
   store-and-forward: it buffers the frame, which it must do anyway to wait for the blocks' results.
-* **Header window**: the first 106 bytes of the frame (from the first two beats; a one-beat frame completes it at
-  ``tlast``) are held until ``tlast``: enough for two tags, IPv4 with 40 bytes of options, UDP, the BTH and the
-  AETH (22 + 60 + 8 + 12 + 4). RETH, ImmDt and the other extension headers are known by opcode and only their
-  length is checked, so they need not be in the window. Bytes beyond the frame's end (stale window bytes,
-  undefined ``tdata`` lanes) never reach an output: every field is masked by the flag of the header it is in,
-  and a header counts only when it lies inside the frame.
+* **Header window**: the first 118 bytes of the frame (from the first two beats; a one-beat frame completes it at
+  ``tlast``) are held until ``tlast``: enough for two tags, IPv4 with 40 bytes of options, UDP, and the longer of
+  the BTH with the AETH (12 + 4) and the largest LAPS header (12 + 4 x 4): 22 + 60 + 8 + 28. RETH, ImmDt and the
+  other extension headers are known by opcode and only their length is checked, so they need not be in the
+  window. Bytes beyond the frame's end (stale window bytes, undefined ``tdata`` lanes) never reach an output:
+  every field is masked by the flag of the header it is in, and a header counts only when it lies inside the
+  frame.
 * **Pairing contract**: items leave in frame order, exactly one per frame (runt frames of 1 byte included), and
   ``tag`` counts frames from 0 after reset, wrapping at 2**16. A frame's item is never offered before the frame's
   last beat has been offered on ``m_axis`` (the item follows ``latency - 1`` cycles later at the earliest), and
@@ -32,20 +35,37 @@ The rules (which header counts as found, when a frame is RoCEv2, the kinds) are 
   ``m_axis`` register can take a beat and the metadata pipeline can advance (``meta`` not back-pressured).
   Without back-pressure the parser takes one beat per clock, back-to-back frames of every size included: the
   metadata pipeline accepts a new frame every cycle. ``valid`` outputs never wait on ``ready``.
-* **Offsets** are byte offsets from the start of the frame. Every L4 offset is 2 modulo 4 (14 + 4k), so the UDP
-  and BTH slice is a choice among 11 four-byte-aligned positions of the IP-aligned window.
+* **Offsets** are byte offsets from the start of the frame. Every L4 offset is 2 modulo 4 (14 + 4k), so the L4
+  slice (UDP, then BTH or LAPS) is a choice among 11 four-byte-aligned positions of the IP-aligned window.
 * **The LAPS header** (paper 000, section III-B: type 1 bit, INT ``pid`` 16 and ``time`` 48, SR anchors of 32
-  bits) has no standard encapsulation; the paper leaves it open. Hook: when lbpipe fixes one (an EtherType after
-  the tags, or a UDP destination port), it is one more EtherType compare in stage 0 or port compare in stage 4;
-  its fields come from the IP-aligned slice of stage 3, widened by the header's size (the window can grow to the
-  two beats' 128 bytes, 22 more than today's worst case, enough for type, pid, time and two anchors behind two
-  tags and 40 bytes of IPv4 options); ``PacketMeta`` gains ``laps``, ``laps_off``, ``pid`` and ``time``, and the
-  golden model the same rule.
+  bits) has no standard encapsulation; the paper leaves it open. lbpipe carries it as a **UDP shim**: a UDP
+  datagram whose destination port is ``laps_port`` (default :data:`LAPS_PORT`, 0xC1A5 = 49573, from the
+  dynamic/private range of RFC 6335, so it is no registered service's port) starts with the LAPS header. A UDP
+  shim crosses IP routers and the ECMP hashing of switches that do not know LAPS, as RoCEv2 does, and leaves the
+  parser's tag and IP rules (fragments, options, IPv6) as they are. Layout, big-endian, 12 fixed bytes then
+  ``count`` anchors of 4 bytes:
+
+  ========  ==============================================================================================
+  byte      field
+  ========  ==============================================================================================
+  0         bit 7 ``probe`` (the paper's type bit), bit 6 ``ack`` (1: ACK or probe ACK, 0: data or probe),
+            bits 5-4 reserved (ignored), bits 3-0 ``count`` (anchors)
+  1         ``sr_idx``: index of the next anchor to visit (for SR forwarding; the parser does not interpret it)
+  2-3       ``pid``
+  4-9       ``time`` (48 bits)
+  10-11     reserved (ignored)
+  12-       anchors s_1 ... s_count, 32 bits each
+  ========  ==============================================================================================
+
+  A ``count`` above :data:`LAPS_MAX_ANCHORS` (4, as the paper's prototype keeps 4 anchors per PIT entry), or a
+  header longer than the UDP datagram, is malformed (``laps_bad``). A frame is never both RoCEv2 and LAPS: the
+  ports differ (``laps_port`` 4791 raises ``ValueError``), and a LAPS frame's ``kind`` is OTHER (the kinds stay
+  RoCEv2's; the LAPS blocks key on ``laps``). The exact rule is the golden model's.
 
 Pipeline (one register stage each, at most 5 logic levels each as Yosys maps it; every stage of the metadata
 pipeline advances together, whenever ``meta`` can take an item):
 
-0. ``s_axis``: the window (bytes 0-63 and 64-105 captured at beats 0 and 1, the current beat substituted at
+0. ``s_axis``: the window (bytes 0-63 and 64-117 captured at beats 0 and 1, the current beat substituted at
    ``tlast``), the frame length from the beat count and ``tkeep``, the EtherType compares at bytes 12, 16 and
    20 (as the first beat arrives), "shorter than 14, 18, 22, 64 bytes" from ``tkeep``, the tag.
 1. Ethernet: tags, the EtherType, cuts in the Ethernet header or a tag, the window realigned to the IP header (a
@@ -53,12 +73,13 @@ pipeline advances together, whenever ``meta`` can take an item):
 2. IP header: version, IHL, addresses, the end of the IP packet and its payload length (one adder each), the L4
    offsets (lookups on IHL, family and tag count), the L4 position.
 3. The IP header, the UDP header and the IP packet against the frame length; fragments; UDP selection; the
-   UDP/BTH/AETH slice (an 11-way choice).
-4. UDP, BTH and AETH fields; the opcode table (extension headers, RETH/ImmDt/AETH, DATA) and the kind a RoCEv2
-   frame would have; the UDP length against the IP payload and against each extension-header length;
-   ``icrc_off``; ``truncated`` completed.
-5. The RoCEv2 decision, ``kind``, masking; the flow hash's partial XORs (CRC-16 over up to 35 bytes is linear
-   over GF(2): XOR trees in chunks of 36 inputs).
+   L4 slice of 36 bytes, UDP then BTH and AETH or LAPS (an 11-way choice).
+4. UDP, BTH, AETH and LAPS fields; the opcode table (extension headers, RETH/ImmDt/AETH, DATA) and the kind a
+   RoCEv2 frame would have; the two port compares; the UDP length against the IP payload, against each
+   extension-header length and against each LAPS header length (0 to 4 anchors); anchors beyond the count
+   cleared; ``icrc_off``; ``truncated`` completed.
+5. The RoCEv2 and LAPS decisions, ``kind``, masking; the flow hash's partial XORs (CRC-16 over up to 35 bytes is
+   linear over GF(2): XOR trees in chunks of 36 inputs).
 6. The flow hash; the output register.
 """
 
@@ -69,6 +90,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axis import AXI4StreamSignature
+from .control import check_int
 from .meta import PSN_BITS, TAG_BITS, PacketKind
 
 __all__ = [
@@ -76,6 +98,7 @@ __all__ = [
     "ROCE_PORT", "ETH_IPV4", "ETH_IPV6", "TPID_OUTER", "TPID_INNER", "IP_UDP", "RC_ACKNOWLEDGE",
     "NAK_PSN_SEQUENCE_ERROR", "EXT_HEADERS", "EXT_WORDS", "RETH_OPCODES", "IMMDT_OPCODES", "AETH_OPCODES",
     "DATA_OPCODES", "MAX_BEATS", "WINDOW_BYTES",
+    "LAPS_PORT", "LAPS_FIXED_BYTES", "LAPS_MAX_ANCHORS", "LAPS_ANCHOR_BITS", "check_laps_port",
 ]
 
 #: RoCEv2's UDP destination port.
@@ -114,16 +137,28 @@ AETH_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "AETH" in 
 #: RC requests the responder orders by PSN: SEND (with immediate, with invalidate), RDMA WRITE, RDMA READ request.
 DATA_OPCODES = frozenset(range(0x00, 0x0D)) | {0x15, 0x16}
 
+#: The default UDP destination port of the LAPS shim (``laps_port``): 49573, in the dynamic/private range of
+#: RFC 6335 (49152 to 65535), where no service is registered.
+LAPS_PORT = 0xC1A5
+#: Bytes of the LAPS header before its anchors: flags and count, SR index, ``pid``, ``time``, 2 reserved.
+LAPS_FIXED_BYTES = 12
+#: Anchors a LAPS header may carry (the paper's prototype keeps 4 per PIT entry); a larger count is malformed.
+LAPS_MAX_ANCHORS = 4
+#: Bits of one SR anchor.
+LAPS_ANCHOR_BITS = 32
+_LAPS_MAX_BYTES = LAPS_FIXED_BYTES + LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS // 8
+
 #: Beats counted exactly per frame: lengths are exact up to ``MAX_BEATS * 64`` bytes.
 MAX_BEATS = 1024
-#: Bytes of the frame the parser looks at: 2 tags, IPv4 with 40 bytes of options, UDP, BTH, AETH.
-WINDOW_BYTES = 22 + 60 + 8 + 12 + 4
+#: Bytes of the frame the parser looks at: 2 tags, IPv4 with 40 bytes of options, UDP, then the longer of BTH and
+#: AETH (16 bytes) and the largest LAPS header (28 bytes).
+WINDOW_BYTES = 22 + 60 + 8 + max(12 + 4, _LAPS_MAX_BYTES)
 
 _BEAT_BYTES = 64
-_L3_BYTES = 84          # from the IP header: 60 bytes of IPv4 header, then UDP, BTH and AETH
-_L4_FIRST_WORD = 5      # the L4 header starts 20 to 60 bytes (words 5 to 15) after the IP header
+_L3_BYTES = WINDOW_BYTES - 22   # from the IP header: 60 bytes of IPv4 header, UDP, BTH and AETH or LAPS
+_L4_FIRST_WORD = 5              # the L4 header starts 20 to 60 bytes (words 5 to 15) after the IP header
 _L4_POSITIONS = 11
-_L4_BYTES = 24          # UDP 8, BTH 12, AETH 4
+_L4_BYTES = _L3_BYTES - 60      # UDP 8, then BTH 12 and AETH 4, or LAPS up to 28
 _EXT_CHOICES = sorted(set(EXT_WORDS.values()) | {0})
 
 
@@ -162,7 +197,21 @@ def PacketMeta():
     syndrome       8      AETH syndrome, with ``aeth``
     msn            24     AETH MSN, with ``aeth``
     flow_hash      16     CRC-16/CCITT-FALSE of src, dst (4 or 16 bytes) and dqpn (3 bytes), with ``roce``
+    laps           1      a whole, well-formed LAPS header (the ``laps_*`` fields below it are 0 otherwise)
+    laps_bad       1      a malformed LAPS header (count above 4, or longer than the UDP datagram) on
+                          ``laps_port`` in a frame that passes the UDP rules of RoCEv2 (not truncated, UDP
+                          length at most the IP payload)
+    laps_probe     1      LAPS type bit: a probe or probe ACK (1), data or ACK (0), with ``laps``
+    laps_ack       1      an ACK or probe ACK (1), data or probe (0), with ``laps``
+    laps_count     3      anchors in the header (0 to 4), with ``laps``
+    laps_sr_idx    8      index of the next anchor to visit (SR forwarding; not interpreted), with ``laps``
+    laps_pid       16     INT path ID, with ``laps``
+    laps_time      48     INT time (send time, or the one-way latency in an ACK), with ``laps``
+    laps_anchors   128    SR anchor *i* (from 0) in bits 32i+31:32i; anchors beyond ``laps_count`` are 0
+    laps_off       8      LAPS header offset (``l4_off + 8``), with ``laps``
     =============  =====  =====================================================================================
+
+    The LAPS fields come after the RoCEv2 ones, so the offsets of the fields before them do not depend on LAPS.
     """
     return data.StructLayout({
         "kind":      PacketKind,
@@ -196,12 +245,32 @@ def PacketMeta():
         "syndrome":  8,
         "msn":       PSN_BITS,
         "flow_hash": 16,
+        "laps":         1,
+        "laps_bad":     1,
+        "laps_probe":   1,
+        "laps_ack":     1,
+        "laps_count":   3,
+        "laps_sr_idx":  8,
+        "laps_pid":     16,
+        "laps_time":    48,
+        "laps_anchors": LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS,
+        "laps_off":     8,
     })
 
 
 def meta_fields():
     """Names of the :func:`PacketMeta` fields, in layout order."""
     return [name for name, _ in PacketMeta()]
+
+
+def check_laps_port(laps_port):
+    """Raise ``TypeError``/``ValueError`` unless ``laps_port`` is a UDP port (1 to 65535) other than RoCEv2's
+    (shared by the parser and its golden model: a frame is never both RoCEv2 and LAPS)."""
+    check_int("LAPS port", laps_port)
+    if not 1 <= laps_port <= 0xFFFF:
+        raise ValueError(f"LAPS port must be from 1 to 65535, not {laps_port}")
+    if laps_port == ROCE_PORT:
+        raise ValueError(f"LAPS port must not be RoCEv2's port {ROCE_PORT}")
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------------
@@ -270,12 +339,15 @@ def _crc16_columns():
 
 
 class Parser(wiring.Component):
-    """Ethernet / [1-2 tags] / IPv4 or IPv6 / UDP / RoCEv2 parser on a 512-bit AXI4-Stream.
+    """Ethernet / [1-2 tags] / IPv4 or IPv6 / UDP / RoCEv2 or LAPS parser on a 512-bit AXI4-Stream.
 
     Parameters
     ----------
     user_width : int
         Width of ``tuser``, passed through; at least 1.
+    laps_port : int
+        UDP destination port of the LAPS shim (see the module docstring), 1 to 65535 but not RoCEv2's 4791;
+        :data:`LAPS_PORT` (49573) by default.
 
     Members
     -------
@@ -291,15 +363,18 @@ class Parser(wiring.Component):
     Raises
     ------
     TypeError, ValueError
-        If ``user_width`` is not an integer of at least 1.
+        If ``user_width`` is not an integer of at least 1, or ``laps_port`` not an integer from 1 to 65535 other
+        than 4791.
     """
 
     #: Cycles from the clock edge that accepts a frame's last beat to the edge that hands its item on.
     latency = 7
 
-    def __init__(self, *, user_width=1):
+    def __init__(self, *, user_width=1, laps_port=LAPS_PORT):
         AXI4StreamSignature.check_parameters(data_width=8 * _BEAT_BYTES, user_width=user_width)
+        check_laps_port(laps_port)
         self._user_width = user_width
+        self._laps_port = laps_port
         axis = AXI4StreamSignature(data_width=8 * _BEAT_BYTES, user_width=user_width)
         super().__init__({
             "s_axis": In(axis),
@@ -310,6 +385,10 @@ class Parser(wiring.Component):
     @property
     def user_width(self):
         return self._user_width
+
+    @property
+    def laps_port(self):
+        return self._laps_port
 
     def elaborate(self, platform):
         m = Module()
@@ -570,6 +649,13 @@ class Parser(wiring.Component):
                            Mux(is_ack & (syndrome == NAK_PSN_SEQUENCE_ERROR), PacketKind.NACK,
                                PacketKind.ROCE_OTHER))))
 
+        # The LAPS header follows the UDP header in the same slice. An anchor beyond the header's count is cleared
+        # here (a function of the count byte alone); the rest of the masking waits for the LAPS decision.
+        laps_hdr = _window(hdr, 8, _LAPS_MAX_BYTES)
+        laps_count = _byte(laps_hdr, 0)[:4]
+        laps_anchors = Cat(*[Mux(laps_count > i, _be(laps_hdr, LAPS_FIXED_BYTES + 4 * i, 4), 0)
+                             for i in range(LAPS_MAX_ANCHORS)])
+
         p5_valid = Signal()
         p5 = Signal(data.StructLayout({
             "udp_sport": 16, "udp_dport": 16, "udp_len": 16, "udp_csum": 16,
@@ -577,6 +663,8 @@ class Parser(wiring.Component):
             "kind": PacketKind, "ext_words": 3, "aeth": 1, "reth": 1, "immdt": 1,
             "port_ok": 1, "len_ok": 1, "len_fits": len(_EXT_CHOICES), "icrc_off": 16, "bth_off": 7, "l4": 7,
             "l3sel": 2,
+            "laps_port_ok": 1, "laps_fits": LAPS_MAX_ANCHORS + 1, "laps_flags": 8, "laps_sr_idx": 8,
+            "laps_pid": 16, "laps_time": 48, "laps_anchors": LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS,
         }), reset_less=True)
         p5_flags = Signal.like(p4_flags)
         p5_src = Signal(128, reset_less=True)
@@ -609,6 +697,16 @@ class Parser(wiring.Component):
                 p5.bth_off.eq(p4_udp_end),
                 p5.l4.eq(p4_l4),
                 p5.l3sel.eq(p4_l3sel),
+                p5.laps_port_ok.eq(_be(hdr, 2, 2) == self._laps_port),
+                # The UDP length against each LAPS header length (0 to 4 anchors), chosen by the count in the
+                # next stage, as len_fits is by the opcode.
+                p5.laps_fits.eq(Cat(*[udp_len >= 8 + LAPS_FIXED_BYTES + 4 * k
+                                      for k in range(LAPS_MAX_ANCHORS + 1)])),
+                p5.laps_flags.eq(_byte(laps_hdr, 0)),
+                p5.laps_sr_idx.eq(_byte(laps_hdr, 1)),
+                p5.laps_pid.eq(_be(laps_hdr, 2, 2)),
+                p5.laps_time.eq(_be(laps_hdr, 4, 6)),
+                p5.laps_anchors.eq(laps_anchors),
                 p5_flags.eq(p4_flags),
                 p5_flags.truncated.eq(p4_flags.truncated |
                                       ((p4_flags.ipv4 | p4_flags.ipv6) & p4_ip_cut)),
@@ -628,6 +726,19 @@ class Parser(wiring.Component):
         m.d.comb += [
             roce.eq(p5_flags.udp & ~p5_flags.truncated & p5.port_ok & p5.len_ok & ext_fits),
             ip_found.eq(p5_flags.ipv4 | p5_flags.ipv6),
+        ]
+        # LAPS: the same UDP rules as RoCEv2 make a candidate; its count chooses the UDP length compare, and a
+        # count above LAPS_MAX_ANCHORS chooses none (malformed).
+        laps_candidate = Signal()
+        laps_fits = Signal()
+        laps = Signal()
+        with m.Switch(p5.laps_flags[:4]):
+            for k in range(LAPS_MAX_ANCHORS + 1):
+                with m.Case(k):
+                    m.d.comb += laps_fits.eq(p5.laps_fits[k])
+        m.d.comb += [
+            laps_candidate.eq(p5_flags.udp & ~p5_flags.truncated & p5.laps_port_ok & p5.len_ok),
+            laps.eq(laps_candidate & laps_fits),
         ]
         aeth = roce & p5.aeth
         udp = p5_flags.udp
@@ -688,6 +799,16 @@ class Parser(wiring.Component):
                 p6.ackreq.eq(roce & p5.ackreq),
                 p6.syndrome.eq(Mux(aeth, p5.syndrome, 0)),
                 p6.msn.eq(Mux(aeth, p5.msn, 0)),
+                p6.laps.eq(laps),
+                p6.laps_bad.eq(laps_candidate & ~laps_fits),
+                p6.laps_probe.eq(laps & p5.laps_flags[7]),
+                p6.laps_ack.eq(laps & p5.laps_flags[6]),
+                p6.laps_count.eq(Mux(laps, p5.laps_flags[:3], 0)),
+                p6.laps_sr_idx.eq(Mux(laps, p5.laps_sr_idx, 0)),
+                p6.laps_pid.eq(Mux(laps, p5.laps_pid, 0)),
+                p6.laps_time.eq(Mux(laps, p5.laps_time, 0)),
+                p6.laps_anchors.eq(Mux(laps, p5.laps_anchors, 0)),
+                p6.laps_off.eq(Mux(laps, p5.bth_off, 0)),   # the byte after the UDP header, as the BTH's
                 p6_v6.eq(p5_flags.ipv6),
             ]
             for regs, parts in zip(p6_parts, hash_parts):

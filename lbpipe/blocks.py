@@ -318,9 +318,14 @@ BLOCKS = {
     ),
     "parser": Block(
         name="parser",
-        summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 packet metadata, frames passed through unchanged",
-        paper_ref="RoCEv2 (IBA annex A17); feeds every block",
-        params=[Param("user_width", 1, "width of the AXI4-Stream tuser, carried with the frame")],
+        summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 and LAPS packet metadata, frames passed through "
+                "unchanged",
+        paper_ref="RoCEv2 (IBA annex A17); LAPS (paper 000, section III-B) as a UDP shim; feeds every block",
+        params=[
+            Param("user_width", 1, "width of the AXI4-Stream tuser, carried with the frame"),
+            Param("laps_port", 0xC1A5, "UDP destination port of the LAPS shim, 1 to 65535 but not 4791 "
+                                       "(default 49573, RFC 6335 dynamic range)"),
+        ],
         build=_load("lbpipe.hdl.parser:Parser"),
         golden=None,
         golden_ref="lbpipe.sim.parser:parse",

@@ -5,7 +5,8 @@ for it, as a dict of integers. It reads bytes only (no scapy), never reads past 
 raises on frame contents. The rules, stated once here and implemented identically in the hardware:
 
 **Headers and flags.** The parser walks Ethernet II, up to two VLAN tags, IPv4 (with options) or IPv6, UDP, and
-on UDP destination port 4791 the RoCEv2 BTH with the opcode's extension headers. A flag (``vlans``, ``ipv4``,
+on UDP destination port 4791 the RoCEv2 BTH with the opcode's extension headers, on UDP destination port
+``laps_port`` (49573 by default) the LAPS header. A flag (``vlans``, ``ipv4``,
 ``ipv6``, ``udp``) says a header was *found*: the header before it selected it (EtherType, protocol), it is well
 formed (IP version, IHL at least 5) and it lies wholly inside the frame. Fields of a header are reported only with
 its flag (``src_ip``/``dst_ip``/``l3_off``/``l4_off`` with ``ipv4`` or ``ipv6``, ``udp_*`` with ``udp``), else 0.
@@ -27,6 +28,20 @@ frame not truncated (so the whole IP packet is in it), the UDP length at most th
 the AETH fields (``syndrome``, ``msn``, with ``aeth``) and ``flow_hash`` reported; otherwise they are 0 and ``kind``
 is OTHER. ``icrc_off`` is ``l4_off + udp_len - 4``: it comes from the UDP length (checked against the IP total or
 payload length), not from the frame length, so Ethernet padding after the IP packet does not move it.
+
+**LAPS** (``laps``; paper 000, section III-B, carried as a UDP shim, :mod:`lbpipe.hdl.parser`): the LAPS header
+starts right after a UDP header on destination port ``laps_port``. Big-endian, 12 fixed bytes then ``count``
+anchors of 4 bytes: byte 0 holds ``probe`` (bit 7, the paper's type bit), ``ack`` (bit 6), 2 reserved bits and
+``count`` (bits 3-0); byte 1 ``sr_idx``; bytes 2-3 ``pid``; bytes 4-9 ``time``; bytes 10-11 reserved; then the
+anchors. A frame is a LAPS *candidate* under the UDP rules of RoCEv2: a UDP header on ``laps_port``, the frame not
+truncated, the UDP length at most the IP payload length. A candidate whose ``count`` is at most 4
+(``LAPS_MAX_ANCHORS``) and whose UDP length is at least 8 + 12 + 4 * ``count`` is LAPS: ``laps`` is set with
+``laps_probe``, ``laps_ack``, ``laps_count``, ``laps_sr_idx``, ``laps_pid``, ``laps_time``, ``laps_anchors``
+(anchor *i* in bits 32i+31:32i, the rest 0) and ``laps_off`` (``l4_off + 8``); every other candidate is
+malformed (``laps_bad``, every other LAPS field 0). A frame that is not a candidate has every LAPS field 0, even
+on ``laps_port``: a frame cut in its LAPS header is ``truncated`` by the IP packet rule below, and one whose UDP
+length exceeds its IP payload has a bad UDP header, not a bad LAPS header. ``kind`` stays OTHER and ``roce`` 0 on
+LAPS frames: the two ports differ, so a frame is never both.
 
 **Kind** (:class:`lbpipe.hdl.meta.PacketKind`) exactly as ``classify``: a BTH TVer other than 0 is ROCE_OTHER; RC
 requests ordered by PSN (SEND 0x00-0x05, 0x15, 0x16, RDMA WRITE 0x06-0x0B, READ request 0x0C) are DATA; RC
@@ -56,8 +71,8 @@ import struct
 
 from ..hdl.meta import TAG_BITS, PacketKind
 from ..hdl.parser import (AETH_OPCODES, DATA_OPCODES, ETH_IPV4, ETH_IPV6, EXT_WORDS, IMMDT_OPCODES, IP_UDP,
-                          MAX_BEATS, RC_ACKNOWLEDGE, RETH_OPCODES, ROCE_PORT, TPID_INNER, TPID_OUTER,
-                          meta_fields)
+                          LAPS_FIXED_BYTES, LAPS_MAX_ANCHORS, LAPS_PORT, MAX_BEATS, RC_ACKNOWLEDGE, RETH_OPCODES,
+                          ROCE_PORT, TPID_INNER, TPID_OUTER, check_laps_port, meta_fields)
 
 __all__ = ["parse", "parse_frames", "hw_length", "flow_hash"]
 
@@ -79,7 +94,7 @@ def _be(data, offset, size):
     return int.from_bytes(data[offset:offset + size], "big")
 
 
-def parse(frame, tag=0):
+def parse(frame, tag=0, *, laps_port=LAPS_PORT):
     """The ``PacketMeta`` item the parser emits for one frame.
 
     Parameters
@@ -88,6 +103,8 @@ def parse(frame, tag=0):
         The frame as it travels on the AXI4-Stream (no FCS).
     tag : int
         The item's 16-bit tag (the hardware counts frames from 0 after reset).
+    laps_port : int
+        The parser's ``laps_port`` parameter.
 
     Returns
     -------
@@ -100,7 +117,10 @@ def parse(frame, tag=0):
         If ``frame`` is not bytes-like.
     ValueError
         If ``frame`` is empty or ``tag`` does not fit 16 bits. Frame contents never raise.
+    TypeError, ValueError
+        If ``laps_port`` is not one the parser takes.
     """
+    check_laps_port(laps_port)
     if not isinstance(frame, (bytes, bytearray, memoryview)):
         raise TypeError(f"expected frame bytes, not {type(frame).__name__}")
     data = bytes(frame)
@@ -176,8 +196,14 @@ def parse(frame, tag=0):
     sport, dport, ulen, csum = struct.unpack_from("!HHHH", data, l4)
     meta.update(udp=1, udp_sport=sport, udp_dport=dport, udp_len=ulen, udp_csum=csum)
 
-    # -- RoCEv2: the whole IP packet is in the frame from here on, so every read below is inside it.
-    if dport != ROCE_PORT or meta["truncated"] or ulen > ip_payload:
+    # -- RoCEv2 and LAPS: the whole IP packet is in the frame from here on, and the UDP datagram in the IP packet, so
+    # every read below that the UDP length covers is inside the frame.
+    if meta["truncated"] or ulen > ip_payload:
+        return meta
+    if dport == laps_port:
+        _laps(meta, data, l4 + 8, ulen)
+        return meta
+    if dport != ROCE_PORT:
         return meta
     bth = l4 + 8
     if ulen < 8 + 12 + 4:
@@ -211,7 +237,28 @@ def parse(frame, tag=0):
     return meta
 
 
-def parse_frames(frames, first_tag=0):
+def _laps(meta, data, off, ulen):
+    """Fill ``meta``'s LAPS fields for a candidate whose LAPS header starts at byte ``off`` (UDP length ``ulen``)."""
+    if ulen < 8 + LAPS_FIXED_BYTES:
+        # Not even the fixed part is in the datagram: malformed whatever its count byte (which may lie past
+        # the frame) says.
+        meta["laps_bad"] = 1
+        return
+    count = data[off] & 0xF
+    if count > LAPS_MAX_ANCHORS or ulen < 8 + LAPS_FIXED_BYTES + 4 * count:
+        meta["laps_bad"] = 1
+        return
+    anchors = 0
+    for i in range(count):
+        anchors |= _be(data, off + LAPS_FIXED_BYTES + 4 * i, 4) << (32 * i)
+    meta.update(
+        laps=1, laps_probe=data[off] >> 7, laps_ack=data[off] >> 6 & 1, laps_count=count,
+        laps_sr_idx=data[off + 1], laps_pid=_be(data, off + 2, 2), laps_time=_be(data, off + 4, 6),
+        laps_anchors=anchors, laps_off=off,
+    )
+
+
+def parse_frames(frames, first_tag=0, *, laps_port=LAPS_PORT):
     """:func:`parse` each frame with the tags the hardware gives a run of frames after reset (counting, wrapping
     at 16 bits)."""
-    return [parse(frame, (first_tag + i) % (1 << TAG_BITS)) for i, frame in enumerate(frames)]
+    return [parse(frame, (first_tag + i) % (1 << TAG_BITS), laps_port=laps_port) for i, frame in enumerate(frames)]

@@ -11,6 +11,9 @@ them into block metadata here, the way those stages will:
 * :func:`themis_d_item` and :func:`themis_s_item` give the blocks' input items (dicts for a trace).
 * :func:`icrc` and :func:`rewrite_udp_sport` are the deparser's side: the ICRC computed from the bytes, and the
   UDP source port rewrite of Themis-S applied with an incremental ICRC (and UDP checksum) update.
+* :class:`LapsHeader` and :func:`laps_frame` build LAPS frames (paper 000, section III-B) in lbpipe's UDP shim
+  encapsulation (docs/packet_io.md): Ether / [tags] / IPv4 or IPv6 / UDP (destination port 49573 by default) /
+  LAPS header / payload.
 
 Choices (where neither the specification nor the brief fixes them):
 
@@ -52,10 +55,11 @@ import zlib
 from collections import namedtuple
 
 from scapy.contrib.roce import AETH, BTH, CNPPadding
-from scapy.fields import IntField, XIntField, XLongField
-from scapy.layers.inet import IP, UDP
+from scapy.fields import (BitField, BitFieldLenField, ByteField, FieldListField, IntField, ShortField, XIntField,
+                          XLongField)
+from scapy.layers.inet import IP, UDP, IPOption_NOP
 from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import Dot1Q, Ether
+from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 from scapy.packet import Packet, Raw, bind_layers
 
 from ..hdl.meta import PSN_BITS, TAG_BITS, PacketKind
@@ -63,14 +67,16 @@ from ..hdl.meta import PSN_BITS, TAG_BITS, PacketKind
 __all__ = [
     "ROCE_PORT", "RC_SEND_ONLY", "RC_RDMA_WRITE_FIRST", "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST",
     "RC_RDMA_WRITE_ONLY", "RC_RDMA_READ_REQUEST", "RC_ACKNOWLEDGE", "CNP", "NAK_PSN_SEQUENCE_ERROR",
-    "RETH", "ImmDt",
-    "roce_data", "roce_ack", "roce_nak", "roce_cnp",
+    "RETH", "ImmDt", "LAPS_PORT", "LapsHeader",
+    "roce_data", "roce_ack", "roce_nak", "roce_cnp", "laps_frame",
     "classify", "flow_hash", "icrc", "rewrite_udp_sport",
     "QpClassifier", "QpEntry", "themis_d_item", "themis_s_item",
 ]
 
 #: RoCEv2's UDP destination port.
 ROCE_PORT = 4791
+#: The UDP destination port lbpipe carries LAPS on by default (RFC 6335 dynamic/private range).
+LAPS_PORT = 49573
 
 RC_SEND_ONLY = 0x04
 RC_RDMA_WRITE_FIRST = 0x06
@@ -358,6 +364,85 @@ def roce_cnp(src_ip, dst_ip, sport, dqpn, **options):
     l2, bth_opts = _split_options(options)
     bth_opts["becn"] = 1
     return _headers(src_ip, dst_ip, sport, **l2) / _bth(CNP, dqpn, 0, ackreq=0, **bth_opts) / CNPPadding()
+
+
+# -- LAPS -------------------------------------------------------------------------------------------------------------
+
+class LapsHeader(Packet):
+    """The LAPS header as lbpipe carries it after a UDP header: 12 fixed bytes, then ``count`` 32-bit anchors.
+
+    Byte 0: ``probe`` (bit 7, the paper's type bit), ``ack`` (bit 6: ACK or probe ACK), 2 reserved bits, ``count``
+    (bits 3-0, the number of anchors; filled in from ``anchors`` unless given). Byte 1: ``sr_idx``. Bytes 2-3:
+    ``pid``; bytes 4-9: the paper's ``time``, called ``int_time`` here because scapy packets already have a
+    ``time`` attribute (the capture time); bytes 10-11 reserved; then the anchors s_1, s_2, ... Give ``count``
+    explicitly to build a header whose count disagrees with its anchors (a malformed one).
+    """
+    name = "LAPS"
+    fields_desc = [
+        BitField("probe", 0, 1),
+        BitField("ack", 0, 1),
+        BitField("reserved", 0, 2),
+        BitFieldLenField("count", None, 4, count_of="anchors"),
+        ByteField("sr_idx", 0),
+        ShortField("pid", 0),
+        BitField("int_time", 0, 48),
+        ShortField("reserved2", 0),
+        FieldListField("anchors", [], IntField("anchor", 0), count_from=lambda pkt: pkt.count),
+    ]
+
+
+_TAG_LAYERS = {0x8100: Dot1Q, 0x88A8: Dot1AD}
+
+
+def laps_frame(src_ip, dst_ip, *, probe=0, ack=0, pid=0, time=0, anchors=(), count=None, sr_idx=0, reserved=0,
+               sport=0xC000, dport=LAPS_PORT, udp_len=None, payload=b"", tags=(), ip_options=0,
+               src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02"):
+    """A LAPS frame: Ether / [tags] / IPv4 or IPv6 / UDP / :class:`LapsHeader` / payload.
+
+    Parameters
+    ----------
+    src_ip, dst_ip : str
+        IPv4 or IPv6 addresses (both the same family).
+    probe, ack, pid, time, anchors, count, sr_idx : int or sequence
+        LAPS header fields (``time`` goes to :class:`LapsHeader`'s ``int_time``); ``count`` defaults to
+        ``len(anchors)``.
+    reserved : int
+        The 2 reserved bits of byte 0.
+    sport, dport : int
+        UDP ports; ``dport`` is the LAPS port the parser is built with.
+    udp_len : int or None
+        UDP length field; None for the datagram's true length.
+    payload : bytes
+        Bytes after the LAPS header.
+    tags : sequence of int
+        TPIDs of VLAN tags (0x8100 or 0x88A8), outermost first.
+    ip_options : int
+        Bytes of IPv4 NOP options (a multiple of 4, at most 40).
+
+    Returns
+    -------
+    scapy.packet.Packet
+    """
+    if _ip_version(src_ip) != _ip_version(dst_ip):
+        raise ValueError(f"source {src_ip} and destination {dst_ip} are not the same IP version")
+    if ip_options % 4 or not 0 <= ip_options <= 40:
+        raise ValueError(f"IPv4 options take a multiple of 4 bytes up to 40, not {ip_options}")
+    pkt = Ether(src=src_mac, dst=dst_mac)
+    for vid, tpid in enumerate(tags, 5):
+        pkt = pkt / _TAG_LAYERS[tpid](vlan=vid)
+    if _ip_version(src_ip) == 4:
+        options = [IPOption_NOP()] * ip_options
+        pkt = pkt / IP(src=str(src_ip), dst=str(dst_ip), flags="DF", options=options)
+    else:
+        if ip_options:
+            raise ValueError("IPv6 takes no IPv4 options")
+        pkt = pkt / IPv6(src=str(src_ip), dst=str(dst_ip))
+    pkt = pkt / UDP(sport=sport, dport=dport, len=udp_len, chksum=0)
+    pkt = pkt / LapsHeader(probe=probe, ack=ack, reserved=reserved, count=count, sr_idx=sr_idx, pid=pid,
+                           int_time=time, anchors=list(anchors))
+    if payload:
+        pkt = pkt / Raw(payload)
+    return pkt
 
 
 # -- parser model -----------------------------------------------------------------------------------------------------

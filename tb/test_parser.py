@@ -14,8 +14,13 @@ frames; the stream rule on ``meta``. Without idle cycles and back-pressure also:
 
 Tests: ``corpus_with_stalls`` (idle cycles on ``s_axis``, back-pressure on ``m_axis`` and ``meta``, in random
 bursts), ``corpus_at_line_rate`` (none: latency and throughput checked too), ``line_rate`` (beats per clock by
-frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, and ``tag_wrap`` (65,540 frames; skipped
-unless ``PARSER_TAG_WRAP=1``, which the regression sets).
+frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, ``tag_wrap`` (65,540 frames; skipped
+unless ``PARSER_TAG_WRAP=1``, which the regression sets), and ``laps_fuzz`` (:func:`laps_frames` with
+``PARSER_LAPS_FUZZ`` mutated frames from seed ``PARSER_LAPS_SEED``, with stalls; skipped unless the regression sets
+them).
+
+The parser's ``laps_port`` comes from ``PARSER_LAPS_PORT`` (default :data:`lbpipe.hdl.parser.LAPS_PORT`): the
+corpus builds its LAPS frames on that port and the golden model is run with it.
 """
 
 import os
@@ -25,12 +30,13 @@ import struct
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from ..hdl.parser import Parser, PacketMeta
+from ..hdl.parser import LAPS_PORT, Parser, PacketMeta
 from ..sim.parser import parse
 from ..trace import unpack
 from .harness import AxisBench
 
-__all__ = ["corpus", "sized_frames", "base_frames", "opcode_sweep", "with_tags", "with_ip_options", "LINE_RATE_SIZES"]
+__all__ = ["corpus", "sized_frames", "base_frames", "opcode_sweep", "laps_frames", "with_tags", "with_ip_options",
+           "LINE_RATE_SIZES"]
 
 BEAT = 64
 #: Frame sizes whose back-to-back throughput is measured.
@@ -175,10 +181,10 @@ def sized_frames(size, count, rng):
     return frames
 
 
-def _mutate(frame, rng):
+def _mutate(frame, rng, reach=110):
     data = bytearray(frame)
     for _ in range(rng.randint(1, 3)):
-        at = rng.randrange(min(len(data), 110))
+        at = rng.randrange(min(len(data), reach))
         data[at] = rng.choice([rng.getrandbits(8), 0, 0xFF, data[at] ^ (1 << rng.randrange(8))])
     if rng.random() < 0.3:
         data = data[:rng.randint(1, len(data))]
@@ -204,11 +210,86 @@ def opcode_sweep(rng):
     return frames
 
 
-def corpus(seed=1, *, fuzz=300):
+def laps_frames(rng, laps_port=LAPS_PORT, *, fuzz=100):
+    """LAPS frames on ``laps_port``: well formed (IPv4 and IPv6, 0 to 2 tags, IPv4 options, 0 to 4 anchors, random
+    fields and reserved bits, payloads to two beats and one 1,518-byte frame), counts 5 to 15, UDP lengths too
+    short for the header, longer than the IP payload and below 8, fragments, every prefix of the deepest header
+    (two tags, 40 bytes of options, 4 anchors: it ends at byte 118), near-miss ports and the other configuration's
+    port, and ``fuzz`` frames with random bytes changed up to byte 120 (some cut short)."""
+    from scapy.layers.inet import IP
+    from .packets import laps_frame
+
+    def build(version=4, port=laps_port, **kwargs):
+        src, dst = _V4 if version == 4 else _V6
+        fields = dict(probe=rng.getrandbits(1), ack=rng.getrandbits(1), reserved=rng.getrandbits(2),
+                      sr_idx=rng.getrandbits(8), pid=rng.getrandbits(16), time=rng.getrandbits(48),
+                      sport=rng.getrandbits(16))
+        fields.update(kwargs)
+        if "anchors" not in fields:
+            fields["anchors"] = [rng.getrandbits(32) for _ in range(rng.randint(0, 4))]
+        return laps_frame(src, dst, dport=port, **fields)
+
+    def payload(most=100):
+        return bytes(rng.getrandbits(8) for _ in range(rng.randint(0, most)))
+
+    good, frames = [], []
+    for version in (4, 6):
+        for tags in ((), (0x8100,), (0x88A8,), (0x88A8, 0x8100)):
+            for options in ((0, 4, 20, 40) if version == 4 else (0,)):
+                for count in range(5):
+                    anchors = [rng.getrandbits(32) for _ in range(count)]
+                    good.append(bytes(build(version, tags=tags, ip_options=options, anchors=anchors,
+                                            payload=payload())))
+    good.append(bytes(build(6, tags=(0x88A8, 0x8100), payload=payload(1400))))
+    good.append(bytes(build(4, anchors=[0xFFFFFFFF] * 4, probe=1, ack=1, pid=0xFFFF, time=(1 << 48) - 1,
+                            sr_idx=0xFF, reserved=3)))
+    frames += good
+    # One-beat frames (54 to 64 bytes), padded to the minimum frame, and with trailing bytes after the IP packet.
+    for count in range(3):
+        short = bytes(build(4, anchors=[rng.getrandbits(32) for _ in range(count)], payload=b""))
+        good.append(short)
+        frames += [short, short + bytes(64 - len(short))]
+    good.append(bytes(build(4, anchors=[1, 2], payload=b"ab")))
+    frames += [good[-1], bytes(build(4, anchors=[1, 2], payload=b"")) + bytes(range(1, 20))]
+    bad = []
+    for count in range(5, 16):
+        for version in (4, 6):
+            bad.append(bytes(build(version, count=count, anchors=[rng.getrandbits(32) for _ in range(count % 5)],
+                                   payload=payload(70))))
+    for count in range(5):
+        anchors = [rng.getrandbits(32) for _ in range(count)]
+        need = 8 + 12 + 4 * count
+        for udp_len in sorted({0, 7, 8, 9, 19, need - 4, need - 1}):
+            if udp_len < need:
+                bad.append(bytes(build(rng.choice((4, 6)), anchors=anchors, udp_len=udp_len, payload=payload(8))))
+        # Longer than the IP payload (a bad UDP header), and exactly the header.
+        bad.append(bytes(build(4, anchors=anchors, udp_len=need + 1)))
+        bad.append(bytes(build(6, anchors=anchors, udp_len=need, payload=payload(8))))
+    frames += bad
+    for flags, frag in (("MF", 0), ("DF", 5), (0, 9)):
+        pkt = build(4, anchors=[1, 2, 3])
+        pkt[IP].flags, pkt[IP].frag = flags, frag
+        frames.append(bytes(pkt))
+    deep = bytes(build(4, tags=(0x88A8, 0x8100), ip_options=40, anchors=[rng.getrandbits(32) for _ in range(4)],
+                       payload=bytes(12)))
+    frames += [deep[:k] for k in range(1, len(deep))]
+    v6 = bytes(build(6, tags=(0x8100,), anchors=[7, 8, 9], payload=b""))
+    frames += [v6[:k] for k in range(58, len(v6))]
+    other = 4790 if laps_port == LAPS_PORT else LAPS_PORT
+    for port in sorted({other, laps_port ^ 1, laps_port ^ 0x8000, laps_port ^ 0x0100}):
+        if port != 4791:
+            frames.append(bytes(build(rng.choice((4, 6)), port=port, anchors=[3, 4])))
+    sources = good + bad
+    frames += [_mutate(rng.choice(sources), rng, reach=120) for _ in range(fuzz)]
+    return frames
+
+
+def corpus(seed=1, *, fuzz=300, laps_port=LAPS_PORT):
     """The functional corpus: the named frames, every opcode (:func:`opcode_sweep`), every prefix of four frames
     that reach deep (two tags and 40 bytes of IPv4 options, IPv6 with and without two tags, one tag), frames of 1
     to 66 bytes, 1,518 and 9,216 bytes, and ``fuzz`` frames with random header bytes changed (some also cut
-    short)."""
+    short); then :func:`laps_frames` on ``laps_port`` (drawn from a random generator of their own, so the frames
+    before them do not depend on LAPS)."""
     rng = random.Random(seed)
     named = base_frames()
     frames = list(named.values()) + opcode_sweep(rng)
@@ -222,6 +303,7 @@ def corpus(seed=1, *, fuzz=300):
         frames.append(with_tags(_roce(6, payload_len=size - 114), [0x88A8, 0x8100]))
     sources = list(named.values())
     frames += [_mutate(rng.choice(sources), rng) for _ in range(fuzz)]
+    frames += laps_frames(random.Random(1000 + seed), laps_port, fuzz=fuzz // 3)
     return frames
 
 
@@ -279,6 +361,7 @@ class TB(AxisBench):
         super().__init__(dut, seed=seed, pauses=(0.3, 0.3) if stalls else None)
         self.meta = MetaMonitor(dut, backpressure=0.3 if stalls else 0.0, rng=random.Random(self.rng.random()))
         self.user_width = len(dut.s_axis_tuser)
+        self.laps_port = int(os.environ.get("PARSER_LAPS_PORT", str(LAPS_PORT)))
         self.sent = []
 
     def send(self, frame):
@@ -296,7 +379,7 @@ class TB(AxisBench):
     async def collect(self, frames, first_tag=0, limit=None):
         """Wait for ``frames`` (already sent) on ``m_axis`` and their items on ``meta``, and return the errors."""
         errors = []
-        expected = [parse(frame, (first_tag + i) & 0xFFFF) for i, frame in enumerate(frames)]
+        expected = [parse(frame, (first_tag + i) & 0xFFFF, laps_port=self.laps_port) for i, frame in enumerate(frames)]
         start = len(self.meta.items)
         limit = limit or 100_000 + 4 * sum(len(f) // BEAT + 2 for f in frames)
         sent = self.sent[-len(frames):]
@@ -328,7 +411,7 @@ async def corpus_with_stalls(dut):
     """The corpus with idle cycles on s_axis and back-pressure on m_axis and meta."""
     tb = TB(dut, stalls=True, seed=11)
     await tb.reset()
-    frames = corpus(seed=3)
+    frames = corpus(seed=3, laps_port=tb.laps_port)
     for frame in frames:
         tb.send(frame)
     errors = await tb.collect(frames)
@@ -340,7 +423,7 @@ async def corpus_at_line_rate(dut):
     """The corpus without idle cycles or back-pressure: items as golden, latency exact, one beat per clock."""
     tb = TB(dut, stalls=False, seed=12)
     await tb.reset()
-    frames = corpus(seed=4, fuzz=200)
+    frames = corpus(seed=4, fuzz=200, laps_port=tb.laps_port)
     for frame in frames:
         tb.send(frame)
     errors = await tb.collect(frames)
@@ -400,8 +483,9 @@ async def meta_does_not_wait_for_m_axis(dut):
     got = await tb.sink.recv(compact=False)
     if bytes(got.tdata) != bytes(tb.sent[0].tdata):
         errors.append("m_axis frame differs")
-    if tb.meta.items and tb.meta.items[0] != parse(frames[0], 0):
-        errors.append(f"item {tb.meta.items[0]} is not {parse(frames[0], 0)}")
+    want = parse(frames[0], 0, laps_port=tb.laps_port)
+    if tb.meta.items and tb.meta.items[0] != want:
+        errors.append(f"item {tb.meta.items[0]} is not {want}")
     assert not errors, "\n".join(errors)
 
 
@@ -412,7 +496,7 @@ async def reset_mid_traffic(dut):
     from ..sim.parser import parse_frames
     tb = TB(dut, stalls=True, seed=15)
     await tb.reset()
-    frames = corpus(seed=6, fuzz=40)[:160]
+    frames = corpus(seed=6, fuzz=40, laps_port=tb.laps_port)[:160]
     for frame in frames:
         tb.send(frame)
     await ClockCycles(dut.clk, 150)
@@ -421,11 +505,11 @@ async def reset_mid_traffic(dut):
     errors = []
     before = list(tb.meta.items)
     dut._log.info("%d of %d items out before the reset", len(before), len(frames))
-    if not 0 < len(before) < len(frames) or before != parse_frames(frames)[:len(before)]:
+    if not 0 < len(before) < len(frames) or before != parse_frames(frames, laps_port=tb.laps_port)[:len(before)]:
         errors.append(f"{len(before)} items before the reset, not a golden prefix of a partial run")
     while not tb.sink.empty():
         tb.sink.recv_nowait()
-    frames = corpus(seed=7, fuzz=40)[:120]
+    frames = corpus(seed=7, fuzz=40, laps_port=tb.laps_port)[:120]
     for frame in frames:
         tb.send(frame)
     errors += await tb.collect(frames, first_tag=0)
@@ -447,5 +531,21 @@ async def tag_wrap(dut):
     await ClockCycles(dut.clk, Parser.latency + 2)
     tags = [item["tag"] for item in tb.meta.items]
     assert tags == [k & 0xFFFF for k in range(count)], "tags do not count frames modulo 2**16"
-    want = parse(frame, 0)
+    want = parse(frame, 0, laps_port=tb.laps_port)
     assert all({**item, "tag": 0} == want for item in tb.meta.items[::4096]), "items differ"
+
+
+@cocotb.test(skip=os.environ.get("PARSER_LAPS_FUZZ") is None)
+async def laps_fuzz(dut):
+    """LAPS frames with many random mutations, idle cycles and back-pressure (run by the regression only)."""
+    seed = int(os.environ.get("PARSER_LAPS_SEED", "1"))
+    tb = TB(dut, stalls=True, seed=seed)
+    await tb.reset()
+    frames = laps_frames(random.Random(seed), tb.laps_port, fuzz=int(os.environ["PARSER_LAPS_FUZZ"]))
+    for frame in frames:
+        tb.send(frame)
+    errors = await tb.collect(frames)
+    dut._log.info("%d LAPS frames on port %d: %d LAPS, %d malformed", len(frames), tb.laps_port,
+                  sum(parse(f, laps_port=tb.laps_port)["laps"] for f in frames),
+                  sum(parse(f, laps_port=tb.laps_port)["laps_bad"] for f in frames))
+    assert not errors, "\n".join(errors[:20])

@@ -21,8 +21,8 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.axis import AXI4StreamSignature
 from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, RETH_OPCODES, PacketMeta, Parser,
-                               _crc16_columns, meta_fields)
+from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, LAPS_PORT, RETH_OPCODES, PacketMeta,
+                               Parser, _crc16_columns, meta_fields)
 from lbpipe.sim.parser import hw_length, parse, parse_frames
 from lbpipe.tb.runner import run_cocotb, write_verilog
 
@@ -105,8 +105,12 @@ def test_packet_meta_layout():
         "bth_off": 8, "icrc_off": 16, "src_ip": 128, "dst_ip": 128, "udp_sport": 16, "udp_dport": 16,
         "udp_len": 16, "udp_csum": 16, "opcode": 8, "dqpn": 24, "psn": 24, "ackreq": 1, "syndrome": 8,
         "msn": 24, "flow_hash": 16,
+        "laps": 1, "laps_bad": 1, "laps_probe": 1, "laps_ack": 1, "laps_count": 3, "laps_sr_idx": 8,
+        "laps_pid": 16, "laps_time": 48, "laps_anchors": 128, "laps_off": 8,
     }
-    assert layout.size == 512
+    # The RoCEv2 fields fill the first 512 bits as before LAPS; the LAPS fields follow them.
+    assert layout.size == 512 + 215
+    assert layout["flow_hash"].offset == 512 - 16 and layout["laps"].offset == 512
     assert layout["kind"].shape is PacketKind and layout["kind"].offset == 0
     assert meta_fields() == list(widths)
 
@@ -306,8 +310,8 @@ class ParserTop(Elaboratable):
     cocotbext-axi's ``AxiStreamBus.from_prefix`` binds), ``meta_valid``, ``meta_ready``, ``meta_payload``
     (``PacketMeta`` packing), and ``clk``/``rst`` from the ``sync`` domain."""
 
-    def __init__(self, *, user_width=1):
-        self.parser = Parser(user_width=user_width)
+    def __init__(self, *, user_width=1, laps_port=LAPS_PORT):
+        self.parser = Parser(user_width=user_width, laps_port=laps_port)
         members = self.parser.signature.members
         self.s_axis = {name: Signal(member.shape, name=f"s_axis_{name}")
                        for name, member in members["s_axis"].signature.members.items()}
@@ -344,13 +348,17 @@ def test_parser_top_ports():
                      ["meta_valid", "meta_ready", "meta_payload"])
 
 
-def test_parser_cocotb():
-    top = ParserTop()
+# The default LAPS port, and 4790: one bit from RoCEv2's 4791, in the low range, and a port the corpus's "udp v6
+# other port" frame uses (a 1-byte datagram: a malformed LAPS header there).
+@pytest.mark.parametrize("laps_port", [LAPS_PORT, 4790])
+def test_parser_cocotb(laps_port):
+    top = ParserTop(laps_port=laps_port)
     path = write_verilog(top, name="parser_top", ports=top.ports())
     text = path.read_text()
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "meta_payload"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser")
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser",
+               extra_env={"PARSER_LAPS_PORT": str(laps_port)})
 
 
 @pytest.mark.regression
@@ -359,6 +367,19 @@ def test_parser_cocotb_tag_wrap():
     path = write_verilog(top, name="parser_top", ports=top.ports())
     run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="tag_wrap",
                extra_env={"PARSER_TAG_WRAP": "1"})
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("seed", range(4))
+def test_parser_cocotb_laps_fuzz(seed):
+    """Random LAPS ports (one build each) and 3,000 mutated LAPS frames each."""
+    import random
+    laps_port = random.Random(seed).choice([p for p in range(1, 65536) if p != 4791])
+    top = ParserTop(laps_port=laps_port)
+    path = write_verilog(top, name="parser_top", ports=top.ports())
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="laps_fuzz",
+               extra_env={"PARSER_LAPS_PORT": str(laps_port), "PARSER_LAPS_FUZZ": "3000",
+                          "PARSER_LAPS_SEED": str(seed)})
 
 
 # --- synthesis -------------------------------------------------------------------------------------------------------
