@@ -174,10 +174,10 @@ class ThemisDWire(wiring.Component):
 
     @property
     def latency(self):
-        """Cycles from a frame's last beat in to its first beat out, unthrottled, for a data frame behind no NACK
-        scan: the parser's item latency, the classifier, Themis-D and the compensator (the datasheet has the
-        measured figure)."""
-        return Parser.latency + QpClassifier.latency + ThemisD.latency + Compensator.latency
+        """Cycles from the edge that takes a frame's last beat to the one after which its first beat is offered,
+        unthrottled, for a frame behind no NACK scan and no other frame: the parser's item latency, the classifier,
+        Themis-D, the compensator's action FIFO (one register) and its ``m_axis`` register."""
+        return Parser.latency + QpClassifier.latency + ThemisD.latency + 1 + Compensator.latency
 
     def elaborate(self, platform):
         m = Module()
@@ -212,13 +212,14 @@ class ThemisDWire(wiring.Component):
         ]
 
         # Control: route by table number; a command for no block is taken and ignored.
+        # The high nibble of the table number picks the block, the low nibble is the block's table.
         cmd = self.ctl.payload
-        to_classifier = cmd.table < TABLE_THEMIS_D_BASE
-        to_themis = (cmd.table >= TABLE_THEMIS_D_BASE) & (cmd.table < 2 * TABLE_THEMIS_D_BASE)
+        to_classifier = cmd.table[4:] == 0
+        to_themis = cmd.table[4:] == TABLE_THEMIS_D_BASE >> 4
         m.d.comb += [
             classifier.ctl.payload.eq(cmd),
             themis.ctl.payload.eq(cmd),
-            themis.ctl.payload.table.eq(cmd.table - TABLE_THEMIS_D_BASE),
+            themis.ctl.payload.table.eq(cmd.table[:4]),
             classifier.ctl.valid.eq(self.ctl.valid & to_classifier),
             themis.ctl.valid.eq(self.ctl.valid & to_themis),
             self.ctl.ready.eq(Mux(to_classifier, classifier.ctl.ready, Mux(to_themis, themis.ctl.ready, 1))),

@@ -63,6 +63,9 @@ class Block:
     random_params: Optional[Callable] = None
     report_extra: Optional[Callable] = None
     synth_nolutram: bool = False
+    #: Packet pipelines: ``"module:function"`` of ``f(seed, n_frames, **params) -> (commands, frames)``, the seeded
+    #: traffic ``lbpipe trace`` writes as a pcap file and its control commands.
+    pcap_trace: Optional[str] = None
 
     @property
     def is_meta(self):
@@ -276,6 +279,7 @@ BLOCKS = {
         tb_module="lbpipe.tb.test_themis_wire",
         doc="docs/packet_io.md",
         interface="packet",
+        pcap_trace="lbpipe.tb.test_themis_wire:pcap_trace",
     ),
     "themis-d-wire": Block(
         name="themis-d-wire",
@@ -298,6 +302,7 @@ BLOCKS = {
         tb_module="lbpipe.tb.test_themis_d_wire",
         doc="docs/packet_io.md",
         interface="packet",
+        pcap_trace="lbpipe.tb.test_themis_d_wire:pcap_trace",
     ),
     "compensator": Block(
         name="compensator",

@@ -218,12 +218,33 @@ def cmd_trace(args):
     from .sim.traffic import TRACES
     from .trace import write_events
     block = get_block(args.block)
+    if block.pcap_trace is not None:
+        return _pcap_trace(block, args)
     if block.name not in TRACES:
         raise ValueError(f"no random trace generator for {block.name}")
     params = _params_for(block, args)
     events = TRACES[block.name](args.seed, args.items, **params)
     write_events(args.output, events)
     print(f"{len(events)} events for {block.name} (seed {args.seed}) written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _pcap_trace(block, args):
+    """A packet pipeline's seeded traffic: the frames to ``args.output`` (pcap), the control commands that set the
+    pipeline up beside it (``NAME.ctl.jsonl``), ready for ``lbpipe replay BLOCK NAME.pcap --ctl NAME.ctl.jsonl``."""
+    import importlib
+    from .trace import write_events, write_pcap
+    out = pathlib.Path(args.output)
+    if out.suffix != ".pcap":
+        raise ValueError(f"{block.name} writes a pcap file: name the output NAME.pcap, not {out.name}")
+    module, name = block.pcap_trace.split(":")
+    cmds, frames = getattr(importlib.import_module(module), name)(args.seed, args.items, **_params_for(block, args))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_pcap(out, frames)
+    ctl = out.with_suffix(".ctl.jsonl")
+    write_events(ctl, [{"ctl": c} for c in cmds])
+    print(f"{len(frames)} frames for {block.name} (seed {args.seed}) written to {out}, {len(cmds)} control "
+          f"commands to {ctl}", file=sys.stderr)
     return 0
 
 
@@ -256,9 +277,11 @@ def _parser():
 
     p = sub.add_parser("trace", help="write a seeded random trace for a block (input for replay)")
     add_common(p, allow_all=False)
-    p.add_argument("-o", "--output", required=True, help="output JSONL")
+    p.add_argument("-o", "--output", required=True,
+                   help="output JSONL, or NAME.pcap for packet pipelines (commands to NAME.ctl.jsonl)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("-n", "--items", type=int, default=1000, help="number of items (default 1000)")
+    p.add_argument("-n", "--items", type=int, default=1000,
+                   help="number of items, or of frames for packet pipelines (default 1000)")
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("replay", help="run a JSONL trace through the golden model or the RTL")

@@ -9,7 +9,7 @@ import pathlib
 import tempfile
 
 from .blocks import get_block
-from .trace import TraceError, pack, read_events, write_events
+from .trace import TraceError, pack, read_events, read_pcap, write_events, write_pcap
 
 __all__ = ["run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
 
@@ -125,8 +125,6 @@ def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="go
     Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
     frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test.
     """
-    from scapy.layers.l2 import Ether
-    from scapy.utils import rdpcap, wrpcap
     block = get_block(block_name)
     if block.is_meta or block.golden is None:
         raise ValueError(f"{block_name} does not replay pcap files")
@@ -136,11 +134,11 @@ def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="go
         for event in ctl_events:
             model.control(_complete_ctl(event["ctl"]))
         out = []
-        for p in rdpcap(str(pcap_in)):
-            result = model.process(bytes(p))
+        for frame in read_pcap(pcap_in):
+            result = model.process(frame)
             # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
             out += result if isinstance(result, list) else [] if result is None else [result]
-        wrpcap(str(pcap_out), [Ether(f) for f in out])
+        write_pcap(pcap_out, out)
         return
     from .tb.runner import run_cocotb
     path = top_verilog(block_name, params)

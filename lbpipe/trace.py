@@ -8,11 +8,31 @@ A trace is JSON Lines. Each input line is one event:
   fields by value). Other keys on the line (``"t"``, comments) are ignored.
 
 Each output line is ``{"item": {...}}`` with the block's output layout's fields, one per output item, in order.
+
+Packet pipelines read and write pcap files of Ethernet frames (:func:`read_pcap`, :func:`write_pcap`), byte for
+byte: runts and malformed frames included.
 """
 
 import json
 
-__all__ = ["read_events", "write_events", "pack", "unpack", "layout_fields", "TraceError"]
+__all__ = ["read_events", "write_events", "pack", "unpack", "layout_fields", "TraceError", "read_pcap",
+           "write_pcap"]
+
+#: pcap link type of Ethernet frames.
+_LINKTYPE_ETHERNET = 1
+
+
+def read_pcap(path):
+    """The frames of a pcap file, as ``bytes``."""
+    from scapy.utils import rdpcap
+    return [bytes(p) for p in rdpcap(str(path))]
+
+
+def write_pcap(path, frames):
+    """Write ``frames`` (``bytes`` each) to a pcap file as Ethernet frames, unparsed, so that a frame scapy could
+    not dissect (a runt) is written as it is."""
+    from scapy.utils import wrpcap
+    wrpcap(str(path), [bytes(f) for f in frames], linktype=_LINKTYPE_ETHERNET)
 
 
 class TraceError(ValueError):

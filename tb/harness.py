@@ -201,6 +201,22 @@ class AxisBench:
         await write_command(self.axil, cmd)
 
 
+    async def replay_setup(self):
+        """For ``lbpipe replay --engine rtl`` of a packet pipeline: write the commands of ``LBPIPE_CTL`` and queue
+        the frames of ``LBPIPE_PCAP_IN``; returns the frames."""
+        from ..trace import read_events, read_pcap
+        for event in read_events(os.environ["LBPIPE_CTL"]):
+            await self.control(event["ctl"])
+        frames = read_pcap(os.environ["LBPIPE_PCAP_IN"])
+        for frame in frames:
+            self.send(frame)
+        return frames
+
+    def send(self, frame):
+        from cocotbext.axi import AxiStreamFrame
+        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+
+
 async def write_command(axil, cmd):
     """Write ``{"table", "index", "data"}`` through a :class:`lbpipe.hdl.axil.ControlBridge`: TABLE, INDEX, DATA_LO,
     DATA_HI, then COMMIT, which returns once the block has accepted the command."""

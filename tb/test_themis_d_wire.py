@@ -135,13 +135,16 @@ def closed_loop_traffic(seed, *, n_flows=4, packets_per_flow=50, loss=0.03, para
     return cmds, frames, sc
 
 
+def pcap_trace(seed, n_frames, **params):
+    """``lbpipe trace themis-d-wire``: about ``n_frames`` frames of a closed-loop run on four QPs (the data, the NIC's
+    NACKs, foreign and malformed frames) and the commands that install the QPs: ``(commands, frames)``."""
+    cmds, frames, _ = closed_loop_traffic(seed, packets_per_flow=max(1, round(n_frames / 4 / 1.13)), params=params)
+    return cmds, frames
+
+
 class TB(AxisBench):
     def __init__(self, dut, *, stalls, seed):
         super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True, quiet=True)
-
-    def send(self, frame):
-        from cocotbext.axi import AxiStreamFrame
-        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
 
     async def setup(self, model, cmds):
         for cmd in cmds:
@@ -279,18 +282,10 @@ async def reset_mid_traffic(dut):
 async def replay(dut):
     """``lbpipe replay themis-d-wire IN.pcap --ctl CTL --engine rtl``: control commands, the frames, the frames out
     (the run ends when no frame has come out for 2,000 cycles after the last one went in)."""
-    import json
-    from scapy.layers.l2 import Ether
-    from scapy.utils import rdpcap, wrpcap
+    from ..trace import write_pcap
     tb = TB(dut, stalls=False, seed=1)
     await tb.reset()
-    with open(os.environ["LBPIPE_CTL"]) as f:
-        for line in f:
-            if line.strip():
-                await tb.control(json.loads(line)["ctl"])
-    frames = [bytes(p) for p in rdpcap(os.environ["LBPIPE_PCAP_IN"])]
-    for f in frames:
-        tb.send(f)
+    await tb.replay_setup()
     out = []
     idle = 0
     while idle < 2000 or not tb.source.empty():
@@ -300,4 +295,4 @@ async def replay(dut):
         else:
             out.append(bytes(tb.sink.recv_nowait().tdata))
             idle = 0
-    wrpcap(os.environ["LBPIPE_PCAP_OUT"], [Ether(f) for f in out])
+    write_pcap(os.environ["LBPIPE_PCAP_OUT"], out)

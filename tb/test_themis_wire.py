@@ -53,13 +53,18 @@ def frames_for(rng, count, sizes=None):
     return frames
 
 
+def pcap_trace(seed, n_frames, *, n_paths, depth):
+    """``lbpipe trace themis-s-wire``: a random PathMap and ``n_frames`` frames of :func:`frames_for`:
+    ``(commands, frames)``."""
+    import random
+    rng = random.Random(seed)
+    cmds = [{"table": 0, "index": p, "data": rng.randrange(1 << 16)} for p in range(n_paths)]
+    return cmds, frames_for(rng, n_frames)
+
+
 class TB(AxisBench):
     def __init__(self, dut, *, stalls, seed):
         super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True)
-
-    def send(self, frame):
-        from cocotbext.axi import AxiStreamFrame
-        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
 
 
 async def _run(dut, *, stalls, seed, count, sizes=None, measure=False):
@@ -121,21 +126,12 @@ async def line_rate(dut):
 @cocotb.test()
 async def replay(dut):
     """``lbpipe replay themis-s-wire IN.pcap --engine rtl``: control commands, then the frames, then the frames out."""
-    import json
-    from scapy.utils import rdpcap, wrpcap
-    from scapy.layers.l2 import Ether
+    from ..trace import write_pcap
     tb = TB(dut, stalls=False, seed=1)
     await tb.reset()
-    with open(os.environ["LBPIPE_CTL"]) as f:
-        for line in f:
-            if line.strip():
-                cmd = json.loads(line)["ctl"]
-                await tb.control(cmd)
-    frames = [bytes(p) for p in rdpcap(os.environ["LBPIPE_PCAP_IN"])]
-    for f in frames:
-        tb.send(f)
+    frames = await tb.replay_setup()
     out = [bytes((await tb.sink.recv()).tdata) for _ in frames]
-    wrpcap(os.environ["LBPIPE_PCAP_OUT"], [Ether(f) for f in out])
+    write_pcap(os.environ["LBPIPE_PCAP_OUT"], out)
 
 
 @cocotb.test()

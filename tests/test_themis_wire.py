@@ -45,20 +45,18 @@ def test_pcap_replay_golden_and_rtl_identical(tmp_path):
     """``lbpipe replay themis-s-wire`` on a pcap: the golden model and the RTL write the same frames."""
     import json
 
-    from scapy.layers.l2 import Ether
-    from scapy.utils import rdpcap, wrpcap
-
     from lbpipe.cli import main
     from lbpipe.tb.test_themis_wire import frames_for
+    from lbpipe.trace import read_pcap, write_pcap
     rng = random.Random(4)
-    wrpcap(str(tmp_path / "in.pcap"), [Ether(f) for f in frames_for(rng, 40)])
+    write_pcap(tmp_path / "in.pcap", frames_for(rng, 40))
     (tmp_path / "ctl.jsonl").write_text("".join(json.dumps({"ctl": {"table": 0, "index": p, "data": 0x1111 * p}})
                                                 + "\n" for p in range(4)))
     args = ["--param", "n_paths=4", "--ctl", str(tmp_path / "ctl.jsonl")]
     assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "-o", str(tmp_path / "g.pcap")]) == 0
     assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "--engine", "rtl",
                  "-o", str(tmp_path / "r.pcap")]) == 0
-    golden = [bytes(p) for p in rdpcap(str(tmp_path / "g.pcap"))]
-    assert golden == [bytes(p) for p in rdpcap(str(tmp_path / "r.pcap"))]
-    sent = [bytes(p) for p in rdpcap(str(tmp_path / "in.pcap"))]
+    golden = read_pcap(tmp_path / "g.pcap")
+    assert golden == read_pcap(tmp_path / "r.pcap")
+    sent = read_pcap(tmp_path / "in.pcap")
     assert len(golden) == 40 and sum(g != s for g, s in zip(golden, sent)) > 0   # some frames were rewritten
