@@ -33,8 +33,8 @@ arrives, as the deparser's does: a frame must fit in it (the action comes after 
 per clock it must also hold what arrives while a frame waits for its action: ``depth`` at least the largest
 frame's beats plus the action latency (about 20 cycles in the Themis-D pipeline). The *action FIFO* (``depth``
 entries) holds the actions of frames still in the beat FIFO, so the stages that decide them never wait for a long
-frame ahead to leave; it cannot fill while the beat FIFO has room (an action comes after its frame's last beat and
-leaves with it). ``s_axis.tready`` is high while the beat FIFO has room, ``act.ready`` while the action FIFO has.
+frame ahead to leave; when actions come after their frames' last beats (as in the wire pipeline) it cannot fill
+while the beat FIFO has room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the beat FIFO has room, ``act.ready`` while the action FIFO has.
 Actions are paired with frames in order only: an action may arrive before its frame (pairing it with the right
 frame is the sender's business; in the wire pipeline it cannot, as the parser emits a frame's item after its last
 beat). A beat leaves the beat FIFO when its frame's action is at the head of the action FIFO and the ``m_axis``
@@ -165,8 +165,9 @@ class Compensator(wiring.Component):
 
         # Actions wait in their own FIFO for their frames to reach the head of the beat FIFO, so that Themis-D and
         # the stages before it never wait for the frame end: behind a long frame, the short frames after it have
-        # their actions decided and queued. It cannot fill while the beat FIFO has room: an action comes after its
-        # frame's last beat has entered the beat FIFO and leaves with it, and every frame has at least one beat.
+        # their actions decided and queued. When each action comes after its frame's last beat has entered the beat
+        # FIFO (the parser's contract), it cannot fill while the beat FIFO has room: an action leaves with its frame's
+        # last beat, and every frame has at least one beat.
         m.submodules.acts = acts = StreamFIFO(shape=CompAction(n_qps=self._n_qps), depth=self._depth)
         wiring.connect(m, wiring.flipped(act), acts.i)
         act = acts.o

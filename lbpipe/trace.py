@@ -24,6 +24,7 @@ _LINKTYPE_ETHERNET = 1
 
 def read_pcap(path):
     """The frames of a pcap file, as ``bytes``."""
+    import scapy.layers.l2  # noqa: F401  (registers the Ethernet link type with the reader)
     from scapy.utils import rdpcap
     return [bytes(p) for p in rdpcap(str(path))]
 
