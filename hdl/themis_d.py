@@ -17,7 +17,8 @@ While Valid, a data packet with PSN == BePSN disarms compensation (``DATA_CANCEL
 NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis_d` states the full rules.
 
 Pipeline: input register, residue stage, read-modify-write stage (flow table read there and written back the same
-cycle; the one write a read can miss is forwarded), and a two-entry skid buffer whose head is the output register.
+cycle; the one write a read can miss is forwarded), a result register, and a three-entry skid buffer whose head is
+the output register.
 Data items flow at one per clock. A NACK with a flow-table hit holds the read-modify-write stage for ``scanned + 6``
 cycles (one queue entry read per cycle, five stages to a decision; 3 cycles when the queue is empty or the entry
 idle); items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
@@ -141,7 +142,7 @@ class ThemisD(wiring.Component):
         array layout: Yosys 0.70's ABC reintegration asserts on the array's element wire names.)
     """
 
-    latency = 4
+    latency = 5
 
     def __init__(self, *, n_qps=1600, queue_depth=100, n_paths=256, entry_bits=9):
         check_parameters(n_qps=n_qps, queue_depth=queue_depth, n_paths=n_paths, entry_bits=entry_bits)
@@ -205,27 +206,40 @@ class ThemisD(wiring.Component):
         s3_res = Signal(residue_bits(N))
         s3_base = Signal(range(max(2, self._n_qps * Q)))
 
-        # Results go through a two-entry skid buffer whose head is the output register. The pipeline advances
-        # while the buffer has room, a registered fact, so neither out.ready nor out.valid reaches the pipeline's
-        # enables (their fan-out is every stage register). Unthrottled, the buffer never holds more than one item.
+        # A result is registered (``res_q``), then goes through a three-entry skid buffer whose head is the output
+        # register: the result register keeps the read-modify-write stage's decision logic apart from the skid
+        # buffer's multiplexers. The pipeline advances while the result register and the buffer hold at most two
+        # items between them, a registered fact, so neither out.ready nor out.valid reaches the pipeline's enables
+        # (their fan-out is every stage register); three entries let one item per clock flow with the output
+        # register full. Unthrottled, the buffer never holds more than one item.
         can_out = Signal()
         produce = Signal()
         result = Signal(ThemisDResult(n_qps=self._n_qps, queue_depth=Q))
-        skid_count = Signal(range(3))
+        res_q = Signal.like(result)
+        res_v = Signal()
+        m.d.sync += [res_q.eq(result), res_v.eq(produce)]
+        skid_count = Signal(range(4))
         skid1 = Signal.like(result)
+        skid2 = Signal.like(result)
         pop = self.o.valid & self.o.ready
-        m.d.comb += [self.o.valid.eq(skid_count != 0), can_out.eq(skid_count != 2)]
-        with m.Switch(Cat(produce, pop)):
-            with m.Case(0b01):      # produce only
-                with m.If(skid_count == 0):
-                    m.d.sync += self.o.payload.eq(result)
-                with m.Else():
-                    m.d.sync += skid1.eq(result)
+        m.d.comb += [self.o.valid.eq(skid_count != 0), can_out.eq(skid_count + res_v <= 2)]
+        with m.Switch(Cat(res_v, pop)):
+            with m.Case(0b01):      # push only
+                with m.Switch(skid_count):
+                    with m.Case(0):
+                        m.d.sync += self.o.payload.eq(res_q)
+                    with m.Case(1):
+                        m.d.sync += skid1.eq(res_q)
+                    with m.Default():
+                        m.d.sync += skid2.eq(res_q)
                 m.d.sync += skid_count.eq(skid_count + 1)
             with m.Case(0b10):      # pop only
-                m.d.sync += [self.o.payload.eq(skid1), skid_count.eq(skid_count - 1)]
-            with m.Case(0b11):      # both: skid_count is 1 here (2 would not produce, 0 would not pop)
-                m.d.sync += self.o.payload.eq(result)
+                m.d.sync += [self.o.payload.eq(skid1), skid1.eq(skid2), skid_count.eq(skid_count - 1)]
+            with m.Case(0b11):      # both: skid_count is 1 or 2 here (3 never meets a push, 0 never pops)
+                with m.If(skid_count == 1):
+                    m.d.sync += self.o.payload.eq(res_q)
+                with m.Else():
+                    m.d.sync += [self.o.payload.eq(skid1), skid1.eq(res_q)]
         adv = Signal()
         # Statistics: one counter per verdict, counted as results are produced.
         with m.If(produce):
