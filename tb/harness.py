@@ -201,6 +201,24 @@ class AxisBench:
         await write_command(self.axil, cmd)
 
 
+    def count_accepted(self, total_beats):
+        """From the first ``s_axis`` transfer until ``total_beats`` beats have been taken, record 1 for each cycle
+        that takes a beat and 0 for each that does not; returns the list (beats per clock: sum over length)."""
+        dut = self.dut
+        accepted = []
+
+        async def count():
+            taken = 0
+            while taken < total_beats:
+                await RisingEdge(dut.clk)
+                if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
+                    accepted.append(1)
+                    taken += 1
+                elif taken:
+                    accepted.append(0)
+        cocotb.start_soon(count())
+        return accepted
+
     async def replay_setup(self):
         """For ``lbpipe replay --engine rtl`` of a packet pipeline: write the commands of ``LBPIPE_CTL`` and queue
         the frames of ``LBPIPE_PCAP_IN``; returns the frames."""

@@ -151,7 +151,20 @@ class TB(AxisBench):
             await self.control(cmd)
             model.control(cmd)
 
-    async def check_frames(self, expected, inputs=None):
+    async def play(self, model, frames, settle):
+        """Send ``frames``, check what leaves against ``model`` (which processes them here) and that nothing more
+        does within ``settle`` cycles, then the counters; returns ``(error messages, frames expected)``."""
+        expected = [f for frame in frames for f in model.process(frame)]
+        for f in frames:
+            self.send(f)
+        errors = await self.check_frames(expected)
+        await ClockCycles(self.dut.clk, settle)
+        if not self.sink.empty():
+            errors.append("more frames than the golden model sends")
+        errors += await self.check_counters(model)
+        return errors, expected
+
+    async def check_frames(self, expected):
         """Receive ``len(expected)`` frames and compare; returns the error messages."""
         errors = []
         for i, want in enumerate(expected):
@@ -177,14 +190,7 @@ async def _closed_loop(dut, *, stalls, seed):
     model = ThemisDWireModel(**params)
     cmds, frames, _ = closed_loop_traffic(seed, params=params)
     await tb.setup(model, cmds)
-    expected = [f for frame in frames for f in model.process(frame)]
-    for f in frames:
-        tb.send(f)
-    errors = await tb.check_frames(expected)
-    await ClockCycles(dut.clk, 20)
-    if not tb.sink.empty():
-        errors.append("more frames than the golden model sends")
-    errors += await tb.check_counters(model)
+    errors, expected = await tb.play(model, frames, settle=20)
     sent = model.comp.stats()[3]
     dut._log.info("%d frames in, %d out, %d compensation NACKs, counters %s", len(frames), len(expected), sent,
                   model.stats())
@@ -224,17 +230,7 @@ async def line_rate(dut):
                                       payload_len=sizes[n % len(sizes)], **qps[q].options())))
         psn[q] = (psn[q] + 1) % (1 << 24)
     expected = [f for frame in frames for f in model.process(frame)]
-    total = sum((len(f) + BEAT - 1) // BEAT for f in frames)
-    accepted = []
-
-    async def count_beats():
-        while True:
-            await RisingEdge(dut.clk)
-            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
-                accepted.append(1)
-            elif accepted and len(accepted) < total:
-                accepted.append(0)
-    cocotb.start_soon(count_beats())
+    accepted = tb.count_accepted(sum((len(f) + BEAT - 1) // BEAT for f in frames))
     for f in frames:
         tb.send(f)
     errors = await tb.check_frames(expected)
@@ -266,15 +262,7 @@ async def reset_mid_traffic(dut):
     model.reset()
     # Themis-D's flow table is clear after reset: set the QPs up again (the classifier's table is kept).
     await tb.setup(model, [c for c in cmds if c["table"] >= TABLE_THEMIS_D_BASE])
-    rest = frames[60:]
-    expected = [f for frame in rest for f in model.process(frame)]
-    for f in rest:
-        tb.send(f)
-    errors = await tb.check_frames(expected)
-    await ClockCycles(dut.clk, 50)
-    if not tb.sink.empty():
-        errors.append("frames left over after the reset")
-    errors += await tb.check_counters(model)
+    errors, _ = await tb.play(model, frames[60:], settle=50)
     assert not errors, "\n".join(errors[:10])
 
 

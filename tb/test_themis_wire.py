@@ -78,18 +78,8 @@ async def _run(dut, *, stalls, seed, count, sizes=None, measure=False):
         model.control({"table": 0, "index": p, "data": value})
     frames = frames_for(tb.rng, count, sizes)
     expected = [model.process(f) for f in frames]
-    accepted = []
-
-    async def count_beats():
-        while True:
-            await RisingEdge(dut.clk)
-            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
-                accepted.append(1)
-            elif accepted and len(accepted) < total_beats:
-                accepted.append(0)
-    total_beats = sum((len(f) + BEAT - 1) // BEAT for f in frames)
     if measure:
-        cocotb.start_soon(count_beats())
+        accepted = tb.count_accepted(sum((len(f) + BEAT - 1) // BEAT for f in frames))
     for f in frames:
         tb.send(f)
     errors = []
