@@ -196,8 +196,8 @@ def cmd_bench(args):
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
         raise SystemExit("--param applies to one block, not 'all'")
-    from .bench import BENCHES
-    blocks = [b for b in blocks if b.name in BENCHES]
+    from .bench import BENCHES, PACKET_BENCHES
+    blocks = [b for b in blocks if b.name in BENCHES or b.name in PACKET_BENCHES]
     results = []
     progress = Progress(len(blocks))
     for block in blocks:

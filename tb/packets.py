@@ -68,7 +68,7 @@ __all__ = [
     "ROCE_PORT", "RC_SEND_ONLY", "RC_RDMA_WRITE_FIRST", "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST",
     "RC_RDMA_WRITE_ONLY", "RC_RDMA_READ_REQUEST", "RC_ACKNOWLEDGE", "CNP", "NAK_PSN_SEQUENCE_ERROR",
     "RETH", "ImmDt", "LAPS_PORT", "LapsHeader",
-    "roce_data", "roce_ack", "roce_nak", "roce_cnp", "laps_frame",
+    "roce_data", "roce_ack", "roce_nak", "roce_cnp", "laps_frame", "sized_data",
     "classify", "flow_hash", "icrc", "rewrite_udp_sport",
     "QpClassifier", "QpEntry", "themis_d_item", "themis_s_item",
 ]
@@ -801,6 +801,17 @@ def _meta(pkt):
 def _check_tag(tag):
     if not 0 <= tag < (1 << TAG_BITS):
         raise ValueError(f"tag {tag} does not fit {TAG_BITS} bits")
+
+
+def sized_data(size, src_ip, dst_ip, sport, dqpn, psn, **options):
+    """A RoCEv2 SEND ONLY frame of exactly ``size`` bytes: the largest payload that fits (a multiple of 4), then
+    Ethernet trailer bytes up to ``size`` (at least the headers: 58 bytes over IPv4 without a tag)."""
+    base = len(roce_data(src_ip, dst_ip, sport, dqpn, psn, opcode=RC_SEND_ONLY, payload_len=0, **options))
+    if size < base:
+        raise ValueError(f"a RoCEv2 frame with these headers has at least {base} bytes, not {size}")
+    frame = bytes(roce_data(src_ip, dst_ip, sport, dqpn, psn, opcode=RC_SEND_ONLY,
+                            payload_len=(size - base) // 4 * 4, **options))
+    return frame + bytes(size - len(frame))
 
 
 def themis_d_item(pkt, classifier, tag):

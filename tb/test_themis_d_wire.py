@@ -21,7 +21,8 @@ from ..sim.qp_classifier import QpTable
 from ..sim.themis_net import generate
 from ..sim.themis_wire import ThemisDWireModel
 from .harness import AxisBench
-from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak
+from .packets import (RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak,
+                      sized_data)
 
 BEAT = 64
 
@@ -284,3 +285,24 @@ async def replay(dut):
             out.append(bytes(tb.sink.recv_nowait().tdata))
             idle = 0
     write_pcap(os.environ["LBPIPE_PCAP_OUT"], out)
+
+
+@cocotb.test()
+async def bench(dut):
+    """``lbpipe bench themis-d-wire``: in-order data of four set-up IPv4 QPs (one VLAN-tagged), back to back, per
+    frame size."""
+    import json
+    params = json.loads(os.environ["LBPIPE_PARAMS"])
+    tb = TB(dut, stalls=False, seed=1)
+    await tb.reset()
+    model = ThemisDWireModel(**params)
+    qps = [qp for qp in map(Qp, range(8)) if not qp.ipv6][:min(4, params["n_qps"])]
+    await tb.setup(model, setup_commands(qps, n_qps=params["n_qps"], buckets=params["buckets"],
+                                         ways=params["ways"], ipv6=params["ipv6"]))
+    psn = [0] * len(qps)
+
+    def make_frame(size, k):
+        qp = qps[k % len(qps)]
+        psn[k % len(qps)] += 1
+        return sized_data(size, qp.remote, qp.local, qp.sport, qp.local_qpn, psn[k % len(qps)], **qp.options())
+    await tb.size_bench(model, make_frame)

@@ -12,7 +12,8 @@ import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..sim.themis_wire import ThemisSWireModel
-from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak
+from .packets import (RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak,
+                      sized_data)
 from .harness import AxisBench
 
 BEAT = 64
@@ -158,3 +159,20 @@ async def reset_mid_traffic(dut):
     if not tb.sink.empty():
         errors.append("frames left over after the reset")
     assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def bench(dut):
+    """``lbpipe bench themis-s-wire``: RoCEv2 data of one QP, sprayed, back to back, per frame size."""
+    import json
+    import random
+    params = json.loads(os.environ["LBPIPE_PARAMS"])
+    tb = TB(dut, stalls=False, seed=1)
+    await tb.reset()
+    model = ThemisSWireModel(**params)
+    rng = random.Random(1)
+    for p in range(params["n_paths"]):
+        cmd = {"table": 0, "index": p, "data": rng.randrange(1 << 16)}
+        await tb.control(cmd)
+        model.control(cmd)
+    await tb.size_bench(model, lambda size, k: sized_data(size, "10.0.0.1", "10.0.0.2", 0xC000, 0x123, k))

@@ -60,3 +60,14 @@ def test_pcap_replay_golden_and_rtl_identical(tmp_path):
     assert golden == read_pcap(tmp_path / "r.pcap")
     sent = read_pcap(tmp_path / "in.pcap")
     assert len(golden) == 40 and sum(g != s for g, s in zip(golden, sent)) > 0   # some frames were rewritten
+
+
+def test_packet_bench(monkeypatch):
+    """``lbpipe bench themis-s-wire`` measures beats per clock per frame size in RTL and formats a table (two sizes
+    here, to stay short)."""
+    from lbpipe import bench
+    monkeypatch.setattr(bench, "PACKET_SIZES", [64, 129])
+    rows = bench.run_bench("themis-s-wire", {"n_paths": 4})
+    assert [(r["size"], r["beats"], r["beats_per_clock"]) for r in rows] == [(64, 48, 1.0), (129, 144, 1.0)]
+    text = bench.format_bench(rows)
+    assert "| `themis-s-wire` | 129 | 48 | 144 | 144 | 1.000 |" in text and "Items per clock" not in text
