@@ -28,19 +28,20 @@ by the reset leaves its QP's template empty (the flags are cleared with the fram
 last). Themis-D clears its flow table on reset and a QP set-up disarms, so in the wire pipeline a ``comp`` always
 follows a ``record`` of its QP made since.
 
-**Buffers and flow control.** The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action
-arrives, as the deparser's does: a frame must fit in it (the action comes after its last beat), and for one beat
-per clock it must also hold what arrives while a frame waits for its action: ``depth`` at least the largest
-frame's beats plus the action latency (about 20 cycles in the Themis-D pipeline). The *action FIFO* (``depth``
-entries) holds the actions of frames still in the beat FIFO, so the stages that decide them never wait for a long
-frame ahead to leave; when actions come after their frames' last beats (as in the wire pipeline) it cannot fill
-while the beat FIFO has room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the beat FIFO has room, ``act.ready`` while the action FIFO has.
-Actions are paired with frames in order only: an action may arrive before its frame (pairing it with the right
-frame is the sender's business; in the wire pipeline it cannot, as the parser emits a frame's item after its last
-beat). A beat leaves the beat FIFO when its frame's action is at the head of the action FIFO and the ``m_axis``
-register can take it (or the frame is dropped); the action leaves with the frame's last beat. Frames pass at one
-beat per clock. A compensation NACK costs two cycles to fetch its template (the memory read, then its registered
-output, as block RAM outputs are registered) and one cycle per beat sent; frames behind it wait.
+**Buffers and flow control.** The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action arrives,
+as the deparser's does: a frame must fit in it (the action comes after its last beat), and for one beat per clock it
+must also hold what arrives while a frame waits for its action: ``depth`` at least the largest frame's beats plus
+the action latency (about 20 cycles in the Themis-D pipeline). The *action FIFO* (``depth`` entries) holds the
+actions of frames still in the beat FIFO, so the stages that decide them never wait for a long frame ahead to leave;
+when actions come after their frames' last beats (as in the wire pipeline) it cannot fill while the beat FIFO has
+room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the beat FIFO has room,
+``act.ready`` while the action FIFO has. Actions are paired with frames in order only: an action may arrive before
+its frame (pairing it with the right frame is the sender's business; in the wire pipeline it cannot, as the parser
+emits a frame's item after its last beat). A beat leaves the beat FIFO when its frame's action is at the head of the
+action FIFO and the ``m_axis`` register can take it (or the frame is dropped); the action leaves with the frame's
+last beat. Frames pass at one beat per clock. A compensation NACK costs two cycles to fetch its template (the memory
+read, then its registered output, as block RAM outputs are registered) and one cycle per beat sent; frames behind it
+wait.
 
 Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames dropped, 1 NACK frames recorded, 2 NACK
 frames too long to record, 3 compensation NACKs sent, 4 compensations missed (no template).

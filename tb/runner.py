@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import xml.etree.ElementTree as ET
 
 __all__ = ["BUILD_ROOT", "write_verilog", "run_cocotb", "CocotbFailure"]
@@ -20,6 +21,24 @@ class CocotbFailure(AssertionError):
     """A cocotb test failed; the message carries the failing tests and the log location."""
 
 
+#: The register Yosys's Verilog backend declares in each module and names in every ``always @*`` so that the block
+#: runs at time zero.
+_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$", re.M)
+
+
+def _kick_processes(text):
+    """Make every combinational process of ``text`` run once after time zero.
+
+    Yosys names a register initialised to 0 in each ``always @*`` so that an event-driven simulator evaluates the
+    block at time zero. Under Icarus that event can come before the block waits for it: a block whose inputs are
+    registers that keep their initial values then holds X until an input changes (seen on a state-decoded enable,
+    which corrupted a FIFO). Setting that register to 1 with ``#0`` (after every process has started) runs each block
+    once more; the register drives nothing else. Simulation builds only: ``lbpipe verilog`` writes Amaranth's output
+    untouched.
+    """
+    return _KICK.sub(lambda m: f"{m.group(0)}\n{m.group(1)}initial #0 {m.group(2)}= 1;", text)
+
+
 def write_verilog(elaboratable, *, name, ports=None, directory=None):
     """Convert ``elaboratable`` to Verilog with the built-in Yosys and write it to ``directory/name.v``.
 
@@ -30,7 +49,7 @@ def write_verilog(elaboratable, *, name, ports=None, directory=None):
     kwargs = {"name": name}
     if ports is not None:
         kwargs["ports"] = ports
-    text = verilog.convert(elaboratable, **kwargs)
+    text = _kick_processes(verilog.convert(elaboratable, **kwargs))
     if directory is None:
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         directory = BUILD_ROOT / "sim" / f"{name}-{digest}"

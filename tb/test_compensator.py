@@ -603,10 +603,10 @@ async def reset_mid_traffic(dut):
     Templates of QPs 0 .. n/2-1 are recorded first; the traffic cut by the reset uses only the other QPs: a record
     cut by reset leaves its QP's template empty, and which records the reset cuts, and which it prevents, depends on
     where it falls, which the golden model cannot know (``reset_cuts_record`` checks one cut record on its own; the
-    module docstring's argument makes it harmless: Themis-D records again before it asks for a comp). Outputs before the reset are a prefix of the golden ones;
-    none come after it until new traffic; the new traffic matches a golden model whose counters were reset and
-    whose templates were kept: comps of QPs 0 .. n/2-1 send the templates recorded before the reset, other QPs are
-    compensated only after a new record."""
+    module docstring's argument makes it harmless: Themis-D records again before it asks for a comp). Outputs before
+    the reset are a prefix of the golden ones; none come after it until new traffic; the new traffic matches a
+    golden model whose counters were reset and whose templates were kept: comps of QPs 0 .. n/2-1 send the templates
+    recorded before the reset, other QPs are compensated only after a new record."""
     tb = TB(dut, pauses=(0.2, 0.3), seed=6)
     await tb.reset()
     rng = random.Random(16)
