@@ -201,6 +201,19 @@ class AxisBench:
         await write_command(self.axil, cmd)
 
 
+    async def reset_in_flight(self, frames, after):
+        """Send ``frames``, and ``after`` cycles later, with them in flight, hold reset for 4 cycles while the source
+        and the sink drop what they hold."""
+        for frame in frames:
+            self.send(frame)
+        await ClockCycles(self.dut.clk, after)
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.source.clear()
+        self.sink.clear()
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
     def count_accepted(self, total_beats):
         """From the first ``s_axis`` transfer until ``total_beats`` beats have been taken, record 1 for each cycle
         that takes a beat and 0 for each that does not; returns the list (beats per clock: sum over length)."""

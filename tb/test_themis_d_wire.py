@@ -251,15 +251,7 @@ async def reset_mid_traffic(dut):
     model = ThemisDWireModel(**params)
     cmds, frames, _ = closed_loop_traffic(6, params=params)
     await tb.setup(model, cmds)
-    for f in frames[:60]:
-        tb.send(f)
-    await ClockCycles(dut.clk, 100 + tb.rng.randrange(60))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    tb.source.clear()
-    tb.sink.clear()
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
+    await tb.reset_in_flight(frames[:60], 100 + tb.rng.randrange(60))
     model.reset()
     # Themis-D's flow table is clear after reset: set the QPs up again (the classifier's table is kept).
     await tb.setup(model, [c for c in cmds if c["table"] >= TABLE_THEMIS_D_BASE])

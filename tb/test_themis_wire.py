@@ -9,7 +9,7 @@ output frame must carry a correct ICRC.
 import os
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from ..sim.themis_wire import ThemisSWireModel
 from .packets import (RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak,
@@ -137,15 +137,7 @@ async def reset_mid_traffic(dut):
         value = tb.rng.randrange(1 << 16)
         await tb.control({"table": 0, "index": p, "data": value})
         model.control({"table": 0, "index": p, "data": value})
-    for f in frames_for(tb.rng, 30):
-        tb.send(f)
-    await ClockCycles(dut.clk, 40 + tb.rng.randrange(40))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    tb.source.clear()
-    tb.sink.clear()
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
+    await tb.reset_in_flight(frames_for(tb.rng, 30), 40 + tb.rng.randrange(40))
     model.reset()
     frames = frames_for(tb.rng, 40)
     for f in frames:
