@@ -1,4 +1,54 @@
-"""LAPS header editor: DOCSTRING
+"""LAPS header editor: the deparser side of the LAPS shim. It inserts a LAPS header into a UDP frame, removes one,
+or updates one in place, and keeps the IP and UDP lengths, the UDP destination port and the checksums right (LAPS,
+IEEE ToN, section III-B; the encapsulation is the parser's, ``docs/packet_io.md``, "LAPS encapsulation").
+
+Frames come on ``s_axis``; one :func:`LapsEdit` per frame comes, in frame order, on ``act``, with the offsets the
+parser found (``l3_off``, ``l4_off``, ``ipv6``, and for UPDATE and REMOVE the frame's ``laps_count`` as ``count``).
+The LAPS header is at ``h = l4_off + 8``; ``K = 12 + 4 * count`` bytes long.
+
+* **UPDATE**: byte ``h`` bits 7 and 6 become ``probe`` and ``ack`` (bits 5 to 0 kept), byte ``h+1`` ``sr_idx``,
+  ``h+2..3`` ``pid``, ``h+4..9`` ``time``. Anchors, count and lengths unchanged; the IPv4 header is not touched.
+* **INSERT**: ``K`` bytes go in at ``h``: byte 0 ``probe<<7 | ack<<6 | count``, ``sr_idx``, ``pid``, ``time``,
+  then in bytes 10-11 the frame's original UDP destination port (the *inner port*: a documented use of the
+  reserved bytes, so that REMOVE can restore it), then anchors 0 to ``count - 1`` (anchor ``i`` in bits
+  ``32i+31:32i`` of ``anchors``). The UDP destination port becomes ``laps_port``; the UDP length grows by ``K``;
+  IPv4: the total length grows by ``K`` and the header checksum is updated incrementally (RFC 1624 eqn 3, the
+  total-length word the only one changed); IPv6: the payload length grows by ``K``.
+* **REMOVE**: the ``K`` bytes at ``h`` go; the UDP destination port becomes the inner port (header bytes 10-11);
+  lengths shrink by ``K``; the IPv4 checksum is updated likewise.
+* **UDP checksum** (all three): IPv4: set to 0 (no checksum, RoCEv2 practice). IPv6: updated incrementally: the
+  UDP length counts twice (datagram and pseudo-header), the port change, and the words of the inserted header
+  (added), of the removed one (subtracted) or the five changed words (UPDATE), the old values read from the frame.
+  ``K`` is a multiple of 4 and ``h`` even, so the payload keeps its 16-bit alignment and its sum. A computed 0 is
+  sent as 0xFFFF; a zero IPv6 checksum stays 0 (treated as "none": a zero checksum is invalid in IPv6, so such a
+  frame was not checkable before either).
+* **drop** discards the frame, whatever ``op`` says.
+
+**When an edit applies** (:func:`edit_applies`; otherwise the frame passes unchanged and is counted as refused):
+``l4_off`` even, ``l3_off`` 14, 18 or 22, ``count`` at most 4; and, where the brief that fixed the rules was
+silent, ``l4_off >= l3_off + 20`` (the UDP header after the IP fields written) and ``h + K <= 128`` (every byte read
+or written, and the header removed, within the frame's first two beats; a real header gives at most 118); the frame
+long enough (INSERT: ``h`` at most its length; UPDATE, REMOVE: ``h + K`` at most its length); the result at most
+``depth`` beats. UPDATE and REMOVE trust ``count`` and do not check the destination port (the parser did).
+
+**Structure.** A beat FIFO (``depth`` beats), an action FIFO (``depth`` entries) and a FIFO of frame lengths,
+counted as frames come in. The edit is decided at a frame's first beat and needs its length, so a frame leaves
+only once its last beat is in (store-and-forward: a frame must fit in the beat FIFO). Then a pipeline: a pairing
+register sends each beat with the next beat of its frame (so the first two beats, the edit window, are seen
+together); E1 decides and reads the fields (IP words at three possible offsets, the UDP header and 28 bytes at
+``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum sums; E3 folds the sums;
+E4 writes the window (frame bytes 0 to 127) and, for INSERT, merges the header in; the output stage shifts the
+rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from the previous beat (INSERT: a carry
+register) or the next one (REMOVE: the paired beat), and makes ``tkeep``/``tlast`` from the bytes left. Each
+stage loads when it is empty or its contents move on, so bubbles do not wait behind a stopped ``m_axis``.
+
+**Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued). An INSERT that
+makes the frame a beat longer costs one extra output cycle, during which the input waits; a REMOVE that makes it a
+beat shorter leaves one idle output cycle. Each output beat carries the ``tuser`` of the input beat it is made
+with (the extra INSERT beat: the last one's); lanes outside ``tkeep`` are not defined.
+
+Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames passed unchanged (op PASS), 1 updated,
+2 inserted, 3 removed, 4 dropped, 5 refused (the edit did not apply; the frame passed unchanged).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
