@@ -38,7 +38,7 @@ def _frame(rng, size_range, *, laps, port):
     l4 = l3 + (40 if v6 else 20 + opts)
     count = rng.randint(0, 4)
     src, dst = ("2001:db8::1", "2001:db8::2") if v6 else ("10.0.0.1", "10.0.0.2")
-    base = l4 + 8 + (12 + 4 * count if laps else 0)
+    base = l4 + 8 + 12 + 4 * count      # a plain UDP frame carries the same bytes as payload
     size = max(base, rng.randint(*size_range))
     pkt = laps_frame(src, dst, anchors=[rng.getrandbits(32) for _ in range(count)], pid=rng.getrandbits(16),
                      time=rng.getrandbits(48), sr_idx=rng.getrandbits(8), probe=rng.getrandbits(1),
@@ -201,12 +201,18 @@ async def _random_run(dut, *, pauses, seed):
     tb = TB(dut, pauses=pauses, seed=seed)
     await tb.reset()
     rng = random.Random(int(os.environ.get("LAPS_SEED", seed)))
-    size_max = min(2000, tb.depth * BEAT - 28)
+    # Up to the beat FIFO: with a small depth some INSERTs would make frames too long and are refused.
+    size_max = min(2000, tb.depth * BEAT)
     items = random_items(rng, int(os.environ.get("LAPS_FRAMES", "150")), port=tb.port, size_range=(60, size_max))
     # Growth across a beat boundary and shrinking by a beat, for every op.
     for size in (60, 64, 100, 116, 128, 140, 180, 192, 200):
         for op in (1, 2, 3):
             items.append(sized_item(rng, size, op, port=tb.port))
+    # Always some refused edits (a bad IP offset, an odd UDP offset) and drops.
+    for op in (1, 2, 3):
+        items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "l3_off": 16, "l4_off": 36}))
+        items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "l3_off": 14, "l4_off": 35}))
+        items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "drop": 1}))
     rng.shuffle(items)
     for frame, action in items:
         tb.send(frame, action)

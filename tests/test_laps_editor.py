@@ -290,6 +290,11 @@ def test_laps_editor_cocotb_wide_tuser():
     _run("random_traffic_pauses", user_width=4, env={"LAPS_FRAMES": "60"})
 
 
+def test_laps_editor_cocotb_small_depth():
+    """An 8-beat FIFO: frames up to 512 bytes, INSERTs that would pass 512 refused, with pauses."""
+    _run("random_traffic_pauses", depth=8, env={"LAPS_FRAMES": "120"})
+
+
 @pytest.mark.regression
 @pytest.mark.parametrize("seed", [21, 22])
 def test_laps_editor_cocotb_long(seed):
