@@ -36,7 +36,8 @@ counted as frames come in. The edit is decided at a frame's first beat and needs
 only once its last beat is in (store-and-forward: a frame must fit in the beat FIFO). Then a pipeline: a pairing
 register sends each beat with the next beat of its frame (so the first two beats, the edit window, are seen
 together); E1 decides and reads the fields (IP words at three possible offsets, the UDP header and 28 bytes at
-``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum sums; E3 folds the sums;
+``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum terms; E2b adds the terms;
+E3 folds the sums;
 E4 writes the window (frame bytes 0 to 127) and, for INSERT, merges the header in; the output stage shifts the
 rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from the previous beat (INSERT: a carry
 register) or the next one (REMOVE: the paired beat), and makes ``tkeep``/``tlast`` from the bytes left. Each
@@ -184,8 +185,8 @@ class LapsEditor(wiring.Component):
     """
 
     #: Register stages from the edge that takes a frame's first beat out of the beat FIFO to the one that puts its
-    #: first output beat in the ``m_axis`` register (pairing, extraction, sums, fold, write, output).
-    latency = 6
+    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, sums, fold, write, output).
+    latency = 7
 
     def __init__(self, *, depth=256, user_width=1, laps_port=LAPS_PORT):
         check_parameters(depth=depth, user_width=user_width, laps_port=laps_port)
@@ -247,7 +248,7 @@ class LapsEditor(wiring.Component):
                 m.d.sync += in_beats.eq(in_beats + 1)
 
         # Each stage loads when it is empty or its contents move on, so a bubble never waits behind a stopped output.
-        en1, en2, en3, enx, x_leaves = Signal(), Signal(), Signal(), Signal(), Signal()
+        en1, en2, ens, en3, enx, x_leaves = Signal(), Signal(), Signal(), Signal(), Signal(), Signal()
 
         # -- pairing: each beat leaves with the beat after it in its frame (zero after the last) ----------------
         head = beats.o.payload
@@ -334,31 +335,42 @@ class LapsEditor(wiring.Component):
                 upd = Const(0, 17)
             terms.append(_sig(m, Mux(op1 == OP_UPDATE, upd, Mux(inside, Mux(op1 == OP_INSERT, new_w, (~old_w)[:16]), 0)), f"term{i}"))
         inv = lambda v: (~v)[:16]
-        udp_sum = sum(terms) + inv(e1["ucsum"]) + inv(e1["dport"]) + 2 * inv(e1["ulen"]) + new_dport + 2 * new_ulen
         new_tot = (e1["tot"] + delta)[:16]
-        ip_sum = inv(e1["ipc"]) + inv(e1["tot"]) + new_tot
         shifted = _sig(m, (hdr_new << (e1["h"][1:7] * 16))[:WINDOW * 8], "shifted")
 
         ctx = dict(op=2, drop=1, refused=1, is_pass=1, ipv6=1, h=7, k=6, new_len=len_bits + 1, l3_sel=3, l4w=6)
         e2 = stage("e2", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16,
-                   udp_sum=24, ip_sum=18)
+                   **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16, inv_tot=16)
         with m.If(en2):
             m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "h", "k", "new_len", "l3_sel")]
             m.d.sync += [
                 e2["is_pass"].eq(a1.op == OP_PASS), e2["ipv6"].eq(a1.ipv6), e2["l4w"].eq(a1.l4_off[1:7]),
                 e2["hdr"].eq(shifted), e2["dport"].eq(new_dport), e2["ulen"].eq(new_ulen),
                 e2["ucsum"].eq(e1["ucsum"]), e2["plen"].eq(e1["plen"] + delta), e2["tot"].eq(new_tot),
-                e2["udp_sum"].eq(udp_sum), e2["ip_sum"].eq(ip_sum),
+                e2["inv_uc"].eq(inv(e1["ucsum"])), e2["inv_dp"].eq(inv(e1["dport"])), e2["inv_ul"].eq(inv(e1["ulen"])),
+                e2["inv_ipc"].eq(inv(e1["ipc"])), e2["inv_tot"].eq(inv(e1["tot"])),
+            ]
+            m.d.sync += [e2[f"t{i}"].eq(t) for i, t in enumerate(terms)]
+
+        # -- E2b: the checksum sums (ones' complement sums as plain sums, folded in E3) ----------------------------
+        passed = (*elem, *ctx, "hdr", "dport", "ulen", "ucsum", "plen", "tot")
+        sb = stage("sb", **{n: len(e2[n]) for n in passed}, udp_sum=24, ip_sum=18)
+        with m.If(ens):
+            m.d.sync += [sb[n].eq(e2[n]) for n in passed]
+            m.d.sync += [
+                sb["udp_sum"].eq(sum(e2[f"t{i}"] for i in range(14)) + e2["inv_uc"] + e2["inv_dp"] +
+                                 2 * e2["inv_ul"] + e2["dport"] + 2 * e2["ulen"]),
+                sb["ip_sum"].eq(e2["inv_ipc"] + e2["inv_tot"] + e2["tot"]),
             ]
 
         # -- E3: the checksums ------------------------------------------------------------------------------------
-        udp_new = (~_fold(e2["udp_sum"]))[:16]
+        udp_new = (~_fold(sb["udp_sum"]))[:16]
         e3 = stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16, ipc=16)
         with m.If(en3):
-            m.d.sync += [e3[n].eq(e2[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
+            m.d.sync += [e3[n].eq(sb[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
             m.d.sync += [
-                e3["ucsum"].eq(Mux(~e2["ipv6"] | (e2["ucsum"] == 0), 0, Mux(udp_new == 0, 0xFFFF, udp_new))),
-                e3["ipc"].eq((~_fold(e2["ip_sum"]))[:16]),
+                e3["ucsum"].eq(Mux(~sb["ipv6"] | (sb["ucsum"] == 0), 0, Mux(udp_new == 0, 0xFFFF, udp_new))),
+                e3["ipc"].eq((~_fold(sb["ip_sum"]))[:16]),
             ]
 
         # -- E4: the edited window (frame bytes 0 to 127) and, for INSERT, the header merged in -----------------
@@ -451,7 +463,7 @@ class LapsEditor(wiring.Component):
             adv.eq(~o.tvalid | o.tready),
             hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & (cur_left > _BEAT) & ~extra),
             x_leaves.eq(adv & ~hold), enx.eq(~x["valid"] | x_leaves), en3.eq(~e3["valid"] | enx),
-            en2.eq(~e2["valid"] | en3), en1.eq(~e1["valid"] | en2),
+            ens.eq(~sb["valid"] | en3), en2.eq(~e2["valid"] | ens), en1.eq(~e1["valid"] | en2),
             emit.eq(adv & (extra | (x["valid"] & ~x["drop"] & ~(is_rem & (cur_left == 0))))),
         ]
         with m.If(o.tvalid & o.tready):
