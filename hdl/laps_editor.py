@@ -37,11 +37,11 @@ only once its last beat is in (store-and-forward: a frame must fit in the beat F
 register sends each beat with the next beat of its frame (so the first two beats, the edit window, are seen
 together); E1 decides and reads the fields (IP words at three possible offsets, the UDP header and 28 bytes at
 ``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum terms; E2b adds the terms;
-E3 folds the sums;
-E4 writes the window (frame bytes 0 to 127) and, for INSERT, merges the header in; the output stage shifts the
-rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from the previous beat (INSERT: a carry
-register) or the next one (REMOVE: the paired beat), and makes ``tkeep``/``tlast`` from the bytes left. Each
-stage loads when it is empty or its contents move on, so bubbles do not wait behind a stopped ``m_axis``.
+E3 folds the sums; E4 writes the window (frame bytes 0 to 127); on the way out of E4, INSERT's header is
+merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from
+the previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), and makes
+``tkeep``/``tlast`` from the bytes left. Each stage loads when it is empty or its contents move on, so bubbles do
+not wait behind a stopped ``m_axis``.
 
 **Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued). An INSERT that
 makes the frame a beat longer costs one extra output cycle, during which the input waits; a REMOVE that makes it a
@@ -185,8 +185,8 @@ class LapsEditor(wiring.Component):
     """
 
     #: Register stages from the edge that takes a frame's first beat out of the beat FIFO to the one that puts its
-    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, sums, fold, write, output).
-    latency = 7
+    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, sums, fold, write, merge, output).
+    latency = 8
 
     def __init__(self, *, depth=256, user_width=1, laps_port=LAPS_PORT):
         check_parameters(depth=depth, user_width=user_width, laps_port=laps_port)
@@ -248,7 +248,8 @@ class LapsEditor(wiring.Component):
                 m.d.sync += in_beats.eq(in_beats + 1)
 
         # Each stage loads when it is empty or its contents move on, so a bubble never waits behind a stopped output.
-        en1, en2, ens, en3, enx, x_leaves = Signal(), Signal(), Signal(), Signal(), Signal(), Signal()
+        en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
+                                                  Signal())
 
         # -- pairing: each beat leaves with the beat after it in its frame (zero after the last) ----------------
         head = beats.o.payload
@@ -333,7 +334,8 @@ class LapsEditor(wiring.Component):
                 upd = (~old_w)[:16] + new_w
             else:
                 upd = Const(0, 17)
-            terms.append(_sig(m, Mux(op1 == OP_UPDATE, upd, Mux(inside, Mux(op1 == OP_INSERT, new_w, (~old_w)[:16]), 0)), f"term{i}"))
+            term = Mux(op1 == OP_UPDATE, upd, Mux(inside, Mux(op1 == OP_INSERT, new_w, (~old_w)[:16]), 0))
+            terms.append(_sig(m, term, f"term{i}"))
         inv = lambda v: (~v)[:16]
         new_tot = (e1["tot"] + delta)[:16]
         shifted = _sig(m, (hdr_new << (e1["h"][1:7] * 16))[:WINDOW * 8], "shifted")
@@ -399,34 +401,43 @@ class LapsEditor(wiring.Component):
                 new = Mux(cond, value, new)
             new_words.append(_sig(m, Mux(edit, new, word), f"word{wi}"))
         w_edit = _sig(m, Cat(*[Cat(w[8:16], w[0:8]) for w in new_words]), "w_edit")
+        # E4 registers the written window; the merge (INSERT) reads it from there, on the way to the output stage.
+        e4_fields = (*elem, "op", "drop", "refused", "is_pass", "h", "k", "new_len", "hdr")
+        e4 = stage("e4", **{n: len(e3[n]) for n in e4_fields})
+        with m.If(en4):
+            m.d.sync += [e4[n].eq(e3[n]) for n in e4_fields if n not in ("cur", "nxt")]
+            m.d.sync += [e4["cur"].eq(Mux(e3["idx"] == 0, w_edit[:dbits], e3["cur"])),
+                         e4["nxt"].eq(Mux(e3["idx"] == 0, w_edit[dbits:], e3["nxt"]))]
+        w_edit = Cat(e4["cur"], e4["nxt"])
+
         merged = []
         for g in range(WINDOW):
             shifted_byte = Const(0, 8) if g < 12 else Mux(
-                e3["k"] == 12, _byte(w_edit, g - 12), Mux(
-                    e3["k"] == 16, _byte(w_edit, max(g - 16, 0)), Mux(
-                        e3["k"] == 20, _byte(w_edit, max(g - 20, 0)), Mux(
-                            e3["k"] == 24, _byte(w_edit, max(g - 24, 0)), _byte(w_edit, max(g - 28, 0))))))
-            merged.append(Mux(g < e3["h"], _byte(w_edit, g), Mux(g < e3["h"] + e3["k"], _byte(e3["hdr"], g),
+                e4["k"] == 12, _byte(w_edit, g - 12), Mux(
+                    e4["k"] == 16, _byte(w_edit, max(g - 16, 0)), Mux(
+                        e4["k"] == 20, _byte(w_edit, max(g - 20, 0)), Mux(
+                            e4["k"] == 24, _byte(w_edit, max(g - 24, 0)), _byte(w_edit, max(g - 28, 0))))))
+            merged.append(Mux(g < e4["h"], _byte(w_edit, g), Mux(g < e4["h"] + e4["k"], _byte(e4["hdr"], g),
                                                                  shifted_byte)))
         merged = _sig(m, Cat(*merged), "merged")
 
         m1_edit = Signal(dbits)
         m1_merged = Signal(dbits)
-        is0 = e3["idx"] == 0
-        is1 = e3["idx"] == 1
-        with m.If(enx & e3["valid"] & is0):
+        is0 = e4["idx"] == 0
+        is1 = e4["idx"] == 1
+        with m.If(enx & e4["valid"] & is0):
             m.d.sync += [m1_edit.eq(w_edit[dbits:]), m1_merged.eq(merged[dbits:])]
         fctx = stage("f", op=2, drop=1, refused=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
-        with m.If(enx & e3["valid"] & is0):
-            m.d.sync += [fctx[n].eq(e3[n]) for n in fctx]
+        with m.If(enx & e4["valid"] & is0):
+            m.d.sync += [fctx[n].eq(e4[n]) for n in fctx]
 
         x = stage("x", **elem, pre=dbits, **{n: len(v) for n, v in fctx.items()})
         with m.If(enx):
-            m.d.sync += [x[n].eq(e3[n]) for n in ("valid", "keep", "last", "user", "idx")]
-            m.d.sync += [x[n].eq(Mux(is0, e3[n], fctx[n])) for n in fctx]
+            m.d.sync += [x[n].eq(e4[n]) for n in ("valid", "keep", "last", "user", "idx")]
+            m.d.sync += [x[n].eq(Mux(is0, e4[n], fctx[n])) for n in fctx]
             m.d.sync += [
-                x["cur"].eq(Mux(is0, w_edit[:dbits], Mux(is1, m1_edit, e3["cur"]))),
-                x["nxt"].eq(Mux(is0, w_edit[dbits:], e3["nxt"])),
+                x["cur"].eq(Mux(is0, w_edit[:dbits], Mux(is1, m1_edit, e4["cur"]))),
+                x["nxt"].eq(Mux(is0, w_edit[dbits:], e4["nxt"])),
                 x["pre"].eq(Mux(is0, merged[:dbits], m1_merged)),
             ]
 
@@ -449,7 +460,8 @@ class LapsEditor(wiring.Component):
 
         ins_shift = lane_shift(prev, x["cur"], "ins")
         rem_shift = lane_shift(x["cur"], x["nxt"], "rem")
-        rem_out = _sig(m, Cat(*[Mux((x["idx"] < 2) & (64 * x["idx"] + i < x["h"]), _byte(x["cur"], i), _byte(rem_shift, i))
+        rem_out = _sig(m, Cat(*[Mux((x["idx"] < 2) & (64 * x["idx"] + i < x["h"]), _byte(x["cur"], i),
+                                    _byte(rem_shift, i))
                                    for i in range(_BEAT)]), "rem_out")
         thermo = Cat(*[cur_left > i for i in range(_BEAT)])
 
@@ -462,7 +474,8 @@ class LapsEditor(wiring.Component):
         m.d.comb += [
             adv.eq(~o.tvalid | o.tready),
             hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & (cur_left > _BEAT) & ~extra),
-            x_leaves.eq(adv & ~hold), enx.eq(~x["valid"] | x_leaves), en3.eq(~e3["valid"] | enx),
+            x_leaves.eq(adv & ~hold), enx.eq(~x["valid"] | x_leaves), en4.eq(~e4["valid"] | enx),
+            en3.eq(~e3["valid"] | en4),
             ens.eq(~sb["valid"] | en3), en2.eq(~e2["valid"] | ens), en1.eq(~e1["valid"] | en2),
             emit.eq(adv & (extra | (x["valid"] & ~x["drop"] & ~(is_rem & (cur_left == 0))))),
         ]
@@ -471,8 +484,9 @@ class LapsEditor(wiring.Component):
         with m.If(emit):
             m.d.sync += [
                 o.tvalid.eq(1), o.tuser.eq(x["user"]),
-                o.tdata.eq(Mux(extra, Mux(x["idx"] == 0, m1_merged, ins_shift), Mux(is_ins, Mux(x["idx"] < 2, x["pre"], ins_shift),
-                                                     Mux(is_rem, rem_out, x["cur"])))),
+                o.tdata.eq(Mux(extra, Mux(x["idx"] == 0, m1_merged, ins_shift),
+                               Mux(is_ins, Mux(x["idx"] < 2, x["pre"], ins_shift),
+                                   Mux(is_rem, rem_out, x["cur"])))),
                 o.tkeep.eq(Mux(shifts | extra, thermo, x["keep"])),
                 o.tlast.eq(Mux(shifts | extra, cur_left <= _BEAT, x["last"])),
             ]
