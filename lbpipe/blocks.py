@@ -321,6 +321,23 @@ BLOCKS = {
         doc="docs/packet_io.md",
         interface="packet",
     ),
+    "laps-editor": Block(
+        name="laps-editor",
+        summary="Packet I/O: LAPS header insert, remove and update (the deparser side of the LAPS shim), lengths "
+                "and checksums kept right, 512-bit AXI4-Stream",
+        paper_ref="LAPS (IEEE ToN), section III-B",
+        params=[
+            Param("depth", 256, "frame buffer in 64-byte beats (the longest frame in and out)"),
+            Param("user_width", 1, "width of the AXI4-Stream tuser"),
+            Param("laps_port", 0xC1A5, "UDP destination port INSERT writes, 1 to 65535 but not 4791"),
+        ],
+        build=_load("lbpipe.hdl.laps_editor:LapsEditor"),
+        golden=None,
+        golden_ref="lbpipe.sim.laps_editor:LapsEditor",
+        tb_module="lbpipe.tb.test_laps_editor",
+        doc="docs/packet_io.md",
+        interface="packet",
+    ),
     "parser": Block(
         name="parser",
         summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 and LAPS packet metadata, frames passed through "
