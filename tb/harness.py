@@ -201,6 +201,27 @@ class AxisBench:
         await write_command(self.axil, cmd)
 
 
+    async def check_frames(self, expected):
+        """Receive ``len(expected)`` frames and compare them with ``expected``; a RoCEv2 frame must also carry a
+        correct ICRC. Returns the error messages."""
+        from .packets import classify, icrc
+        errors = []
+        for i, want in enumerate(expected):
+            got = bytes((await self.sink.recv()).tdata)
+            if got != want:
+                errors.append(f"output frame {i} ({len(want)} bytes, kind {classify(want)['kind']}): differs from "
+                              f"the golden model ({len(got)} bytes, kind {classify(got)['kind']})")
+            elif classify(got)["kind"] != 0 and got[-4:] != icrc(got):
+                errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
+        return errors
+
+    async def check_counters(self, model):
+        """The STATUS registers against ``model.stats()``; returns the error messages."""
+        counters = [await self.axil.read_dword(0x40 + 4 * i) for i in range(len(model.stats()))]
+        if counters != model.stats():
+            return [f"counters {counters}, golden model {model.stats()}"]
+        return []
+
     async def reset_in_flight(self, frames, after):
         """Send ``frames``, and ``after`` cycles later, with them in flight, hold reset for 4 cycles while the source
         and the sink drop what they hold."""

@@ -21,8 +21,7 @@ from ..sim.qp_classifier import QpTable
 from ..sim.themis_net import generate
 from ..sim.themis_wire import ThemisDWireModel
 from .harness import AxisBench
-from .packets import (RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, classify, icrc, roce_ack, roce_cnp, roce_data, roce_nak,
-                      sized_data)
+from .packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, roce_ack, roce_cnp, roce_data, roce_nak, sized_data
 
 BEAT = 64
 
@@ -165,23 +164,6 @@ class TB(AxisBench):
         errors += await self.check_counters(model)
         return errors, expected
 
-    async def check_frames(self, expected):
-        """Receive ``len(expected)`` frames and compare; returns the error messages."""
-        errors = []
-        for i, want in enumerate(expected):
-            got = bytes((await self.sink.recv()).tdata)
-            if got != want:
-                errors.append(f"output frame {i} ({len(want)} bytes, kind {classify(want)['kind']}): differs from "
-                              f"the golden model ({len(got)} bytes, kind {classify(got)['kind']})")
-            elif classify(got)["kind"] != 0 and got[-4:] != icrc(got):
-                errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
-        return errors
-
-    async def check_counters(self, model):
-        counters = [await self.axil.read_dword(0x40 + 4 * i) for i in range(len(model.stats()))]
-        if counters != model.stats():
-            return [f"counters {counters}, golden model {model.stats()}"]
-        return []
 
 
 async def _closed_loop(dut, *, stalls, seed):
