@@ -9,7 +9,7 @@ metadata streams, whose payload bit layout is the block's layout (first field in
 from amaranth import Elaboratable, Module, Shape, Signal
 from amaranth.lib import wiring
 
-from ..hdl.axil import ControlBridge
+from lbpipe.hdl.lib.axil import ControlBridge
 
 __all__ = ["AxiLiteTop", "FlatTop"]
 

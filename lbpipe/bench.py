@@ -24,7 +24,7 @@ PACKET_BENCHES = ("themis-s-wire", "themis-d-wire")
 
 
 def _themis_s_data(params):
-    from .hdl.meta import PacketKind
+    from lbpipe.hdl.lib.meta import PacketKind
     import random
     rng = random.Random(1)
     events = [{"ctl": {"table": 0, "index": p, "data": rng.randrange(1 << 16)}} for p in range(params["n_paths"])]
@@ -34,7 +34,7 @@ def _themis_s_data(params):
 
 
 def _themis_d_data(params):
-    from .hdl.meta import PacketKind
+    from lbpipe.hdl.lib.meta import PacketKind
     n = min(params["n_qps"], 64)
     events = [{"ctl": {"table": 0, "index": q}} for q in range(n)]
     events += [{"item": {"kind": PacketKind.DATA.value, "qp_hit": 1, "qp": k % n, "psn": k // n,
@@ -43,14 +43,14 @@ def _themis_d_data(params):
 
 
 def _themis_d_network(params, n_paths):
-    from .sim.themis_net import generate
+    from lbpipe.sim.themis.net import generate
     scenario = generate(1, n_paths=n_paths, n_qps=6, queue_depth=40, entry_bits=10, n_flows=4, packets_per_flow=300,
                         loss=0.02, gap_ns=100, path_delay_ns=(1000, 4000), last_hop_ns=200)
     return scenario.params, scenario.events
 
 
 def _qp_classifier_lookups(params):
-    from .sim.qp_classifier import qp_classifier_bench
+    from lbpipe.sim.packet.qp_classifier import qp_classifier_bench
     return qp_classifier_bench(params)
 
 
@@ -69,7 +69,7 @@ BENCHES = {
 
 
 def _run_packet_bench(block, params):
-    from .tb.runner import run_cocotb
+    from lbpipe.tb.lib.runner import run_cocotb
     params = block.resolve(params)
     path = top_verilog(block.name, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:

@@ -149,7 +149,7 @@ def cmd_synth(args):
 
 
 def _level_verdict(levels):
-    from .boards.u280 import LEVEL_BUDGET
+    from lbpipe.boards.u280 import LEVEL_BUDGET
     parts = [f"{mhz} MHz ({budget} levels): {'within' if levels <= budget else 'OVER'}"
              for mhz, budget in sorted(LEVEL_BUDGET.items())]
     return f"{levels} logic levels on the deepest register-to-register path; budget at " + "; ".join(parts)
@@ -215,15 +215,15 @@ def cmd_bench(args):
 
 
 def cmd_trace(args):
-    from .sim.traffic import TRACES
     from .trace import write_events
     block = get_block(args.block)
     if block.pcap_trace is not None:
         return _pcap_trace(block, args)
-    if block.name not in TRACES:
+    generate = block.trace_generator()
+    if generate is None:
         raise ValueError(f"no random trace generator for {block.name}")
     params = _params_for(block, args)
-    events = TRACES[block.name](args.seed, args.items, **params)
+    events = generate(args.seed, args.items, **params)
     write_events(args.output, events)
     print(f"{len(events)} events for {block.name} (seed {args.seed}) written to {args.output}", file=sys.stderr)
     return 0

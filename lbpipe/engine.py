@@ -68,7 +68,7 @@ def _complete_ctl(cmd):
 def build_top(block_name, params):
     """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
     build it: :class:`AxiLiteTop` for metadata blocks, :class:`FlatTop` for packet I/O stages."""
-    from .boards.top import AxiLiteTop, FlatTop
+    from lbpipe.boards.top import AxiLiteTop, FlatTop
     block = get_block(block_name)
     component = block.build(**block.resolve(params))
     return AxiLiteTop(component) if block.is_meta else FlatTop(component)
@@ -76,7 +76,7 @@ def build_top(block_name, params):
 
 def top_verilog(block_name, params, directory=None):
     """Write the wrapped block's Verilog (content-addressed build directory unless given); returns the path."""
-    from .tb.runner import write_verilog
+    from lbpipe.tb.lib.runner import write_verilog
     top = build_top(block_name, params)
     return write_verilog(top, name="lbpipe_top", ports=top.ports(), directory=directory)
 
@@ -89,7 +89,7 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
     cycle timing the golden model predicts when neither ``idle`` nor ``backpressure`` is set. ``stats``, if a
     dict, receives the testbench's measurements (cycles, items per clock). Returns the output items.
     """
-    from .tb.runner import run_cocotb
+    from lbpipe.tb.lib.runner import run_cocotb
     block = get_block(block_name)
     if not block.is_meta:
         raise ValueError(f"{block_name} is a packet I/O stage: replay takes metadata blocks")
@@ -140,7 +140,7 @@ def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="go
             out += result if isinstance(result, list) else [] if result is None else [result]
         write_pcap(pcap_out, out)
         return
-    from .tb.runner import run_cocotb
+    from lbpipe.tb.lib.runner import run_cocotb
     path = top_verilog(block_name, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         ctl = pathlib.Path(tmp) / "ctl.jsonl"

@@ -41,7 +41,7 @@ from amaranth.back import rtlil
 from . import levels as _levels
 
 
-from .boards.u280 import CAPACITY
+from lbpipe.boards.u280 import CAPACITY
 
 __all__ = ["U280", "synthesize", "percent_of_u280", "format_markdown", "write_reports", "FOOTNOTE"]
 

@@ -7,7 +7,6 @@ import pytest
 
 from lbpipe.blocks import BLOCKS
 from lbpipe.engine import run_golden, run_rtl
-from lbpipe.sim.traffic import TRACES
 
 META = sorted(name for name, block in BLOCKS.items() if block.is_meta)
 CASES = [(name, params) for name in META for params in BLOCKS[name].test_params]
@@ -21,14 +20,14 @@ def _id(case):
 def test_every_block_has_test_parameters_and_traces():
     for name in META:
         block = BLOCKS[name]
-        assert block.test_params and block.random_params and name in TRACES
+        assert block.test_params and block.random_params and block.trace_generator() is not None
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 @pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.25, 0.5)])
 def test_rtl_matches_golden(case, idle, backpressure):
     name, params = case
-    events = TRACES[name](7, 500, **params)
+    events = BLOCKS[name].trace_generator()(7, 500, **params)
     stats = {}
     out = run_rtl(name, params, events, idle=idle, backpressure=backpressure, seed=3, stats=stats)
     assert out == run_golden(name, params, events)
@@ -38,7 +37,7 @@ def test_rtl_matches_golden(case, idle, backpressure):
 @pytest.mark.parametrize("name", META)
 def test_reset_mid_traffic(name):
     params = BLOCKS[name].test_params[0]
-    run_rtl(name, params, TRACES[name](5, 400, **params), testcase="reset_mid_traffic", idle=0.2, backpressure=0.3)
+    run_rtl(name, params, BLOCKS[name].trace_generator()(5, 400, **params), testcase="reset_mid_traffic", idle=0.2, backpressure=0.3)
 
 
 @pytest.mark.regression
@@ -47,6 +46,6 @@ def test_reset_mid_traffic(name):
 def test_rtl_regression(name, seed):
     rng = random.Random(seed)
     params = BLOCKS[name].random_params(rng)
-    events = TRACES[name](seed, 4000, **params)
+    events = BLOCKS[name].trace_generator()(seed, 4000, **params)
     out = run_rtl(name, params, events, idle=rng.random() * 0.4, backpressure=rng.random() * 0.6, seed=seed)
     assert out == run_golden(name, params, events)

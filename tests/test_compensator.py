@@ -10,12 +10,12 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.blocks import get_block
 from lbpipe.boards.top import FlatTop
-from lbpipe.hdl.axis import AXI4StreamSignature
-from lbpipe.hdl.compensator import N_COUNTERS, CompAction, Compensator
-from lbpipe.sim.compensator import Compensator as Golden
-from lbpipe.tb.packets import roce_nak
-from lbpipe.tb.runner import CocotbFailure, run_cocotb, write_verilog
-from lbpipe.tb.test_compensator import FrameMaker, directed_cases
+from lbpipe.hdl.lib.axis import AXI4StreamSignature
+from lbpipe.hdl.packet.compensator import N_COUNTERS, CompAction, Compensator
+from lbpipe.sim.packet.compensator import Compensator as Golden
+from lbpipe.tb.lib.packets import roce_nak
+from lbpipe.tb.lib.runner import CocotbFailure, run_cocotb, write_verilog
+from lbpipe.tb.packet.test_compensator import FrameMaker, directed_cases
 
 DROPPED, RECORDED, TOO_LONG, SENT, MISSED = range(5)
 
@@ -320,7 +320,7 @@ def _run(testcase, *, n_qps=10, depth=64, user_width=1, env=None):
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "act_payload", "act_ready",
                  "stats"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="compensator_top", test_module="lbpipe.tb.test_compensator", testcase=testcase,
+    run_cocotb(path, toplevel="compensator_top", test_module="lbpipe.tb.packet.test_compensator", testcase=testcase,
                extra_env={"COMP_N_QPS": str(n_qps), "COMP_DEPTH": str(depth), **(env or {})})
 
 

@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Tests of :mod:`lbpipe.hdl.axil`: signatures and parameter checks, then the cocotb bench under Icarus.
+"""Tests of :mod:`lbpipe.hdl.lib.axil`: signatures and parameter checks, then the cocotb bench under Icarus.
 
 Signature tests construct components without elaborating them; the first line silences Amaranth's
 ``UnusedElaboratable`` warning for that reason (pytest turns warnings into errors).
@@ -11,9 +11,9 @@ from amaranth.hdl import Elaboratable, Module, Shape, Signal
 from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.axil import AXI4LiteSignature, ControlBridge
-from lbpipe.hdl.control import ControlSignature
-from lbpipe.tb.runner import run_cocotb, write_verilog
+from lbpipe.hdl.lib.axil import AXI4LiteSignature, ControlBridge
+from lbpipe.hdl.lib.control import ControlSignature
+from lbpipe.tb.lib.runner import run_cocotb, write_verilog
 
 
 # --- AXI4LiteSignature --------------------------------------------------------------------------------------------
@@ -187,4 +187,4 @@ def test_control_cocotb():
     text = path.read_text()
     for name in ["clk", "rst", "s_axil_awaddr", "s_axil_rready", "ctl_payload", "status_1"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="control_top", test_module="lbpipe.tb.control.test_control")
+    run_cocotb(path, toplevel="control_top", test_module="lbpipe.tb.lib.test_control")

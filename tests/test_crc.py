@@ -16,15 +16,15 @@ from amaranth import ClockDomain, Module, Signal
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from lbpipe.hdl.crc import (
+from lbpipe.hdl.lib.crc import (
     CRC32Stream, CRCBeat, crc32_matrix, crc32_shift, crc32_shift_matrix, crc32_update, xor_matrix,
 )
-from lbpipe.sim.crc import (
+from lbpipe.sim.lib.crc import (
     CHECK, CRC32StreamModel, crc32, crc32_advance, crc32_final, crc32_state, icrc, icrc_pseudo_packet,
     icrc_stream_bytes,
 )
-from lbpipe.tb import packets
-from lbpipe.tb.packets import roce_ack, roce_data, roce_nak
+from lbpipe.tb.lib import packets
+from lbpipe.tb.lib.packets import roce_ack, roce_data, roce_nak
 
 A, B = "10.0.0.1", "10.0.0.2"
 ACK_ICRC = bytes.fromhex("6812dceb")

@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """Tests of the deparser: the golden model by hand and against the reference ICRC vectors and
-:func:`lbpipe.tb.packets.rewrite_udp_sport`, the hardware's matrices against the golden model, the signature and
-parameters, then the cocotb bench under Icarus (``lbpipe.tb.test_deparser``) and one synthesis regression.
+:func:`lbpipe.tb.lib.packets.rewrite_udp_sport`, the hardware's matrices against the golden model, the signature and
+parameters, then the cocotb bench under Icarus (``lbpipe.tb.packet.test_deparser``) and one synthesis regression.
 
 Signature tests construct components without elaborating them; the first line silences Amaranth's
 ``UnusedElaboratable`` warning for that reason (pytest turns warnings into errors).
@@ -16,14 +16,14 @@ from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.axis import AXI4StreamSignature
-from lbpipe.hdl.crc import crc32_matrix, crc32_shift_matrix
-from lbpipe.hdl.deparser import DIST_BITS, DeparseAction, Deparser
-from lbpipe.sim.crc import crc32_state
-from lbpipe.sim.deparser import checksum_update, deparse, icrc_delta, rewrite_applies
-from lbpipe.tb import packets
-from lbpipe.tb.runner import run_cocotb, write_verilog
-from lbpipe.tb.test_deparser import ACTION_LATENCY, corpus, roce_offsets
+from lbpipe.hdl.lib.axis import AXI4StreamSignature
+from lbpipe.hdl.lib.crc import crc32_matrix, crc32_shift_matrix
+from lbpipe.hdl.packet.deparser import DIST_BITS, DeparseAction, Deparser
+from lbpipe.sim.lib.crc import crc32_state
+from lbpipe.sim.packet.deparser import checksum_update, deparse, icrc_delta, rewrite_applies
+from lbpipe.tb.lib import packets
+from lbpipe.tb.lib.runner import run_cocotb, write_verilog
+from lbpipe.tb.packet.test_deparser import ACTION_LATENCY, corpus, roce_offsets
 
 A, B = "10.0.0.1", "10.0.0.2"
 #: shared/reference/README.md: Ether/IPv4 10.0.0.1 -> 10.0.0.2, TOS 0x02, TTL 64, DF, id 0, UDP sport 49152.
@@ -191,7 +191,7 @@ def test_golden_matches_rewrite_udp_sport_on_corpus():
 
 def test_bench_checker_catches_corruption():
     """The bench's independent check (scapy, packets.icrc, in4/in6_chksum) flags a wrong port, ICRC or checksum."""
-    from lbpipe.tb.test_deparser import check_roce
+    from lbpipe.tb.packet.test_deparser import check_roce
     for frame in (bytes(packets.roce_data(A, B, 0xC000, 0x456, 7, payload_len=100, udp_chksum=None)),
                   bytes(packets.roce_data("2001:db8::1", "2001:db8::2", 0xC000, 1, 2, payload_len=9, udp_chksum=None)),
                   _ack()):
@@ -344,7 +344,7 @@ def _run(testcase, *, depth=256, pending=32, env=None):
     text = path.read_text()
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "act_payload", "act_ready"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="deparser_top", test_module="lbpipe.tb.test_deparser", testcase=testcase,
+    run_cocotb(path, toplevel="deparser_top", test_module="lbpipe.tb.packet.test_deparser", testcase=testcase,
                extra_env={"DEPARSER_DEPTH": str(depth), "DEPARSER_PENDING": str(pending), **(env or {})})
 
 

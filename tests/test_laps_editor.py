@@ -14,9 +14,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
-from lbpipe.sim.laps_editor import LapsEditor as Golden
-from lbpipe.sim.parser import parse
-from lbpipe.tb.packets import LapsHeader, laps_frame
+from lbpipe.sim.packet.laps_editor import LapsEditor as Golden
+from lbpipe.sim.packet.parser import parse
+from lbpipe.tb.lib.packets import LapsHeader, laps_frame
 
 PORT = 0xC1A5
 PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED = range(6)
@@ -232,7 +232,7 @@ def test_random_round_trip():
     ({"user_width": 0}, ValueError), ({"laps_port": 0}, ValueError), ({"laps_port": 4791}, ValueError),
     ({"laps_port": True}, TypeError)])
 def test_parameters(kwargs, error):
-    from lbpipe.hdl.laps_editor import LapsEditor
+    from lbpipe.hdl.packet.laps_editor import LapsEditor
     with pytest.raises(error):
         Golden(**kwargs)
     with pytest.raises(error):
@@ -240,7 +240,7 @@ def test_parameters(kwargs, error):
 
 
 def test_action_layout():
-    from lbpipe.hdl.laps_editor import LapsEdit
+    from lbpipe.hdl.packet.laps_editor import LapsEdit
     layout = LapsEdit()
     fields = [(name, f.offset, f.width) for name, f in layout]
     assert fields == [("tag", 0, 16), ("op", 16, 2), ("drop", 18, 1), ("ipv6", 19, 1), ("l3_off", 20, 8),
@@ -256,8 +256,8 @@ def test_signature():
     from amaranth.lib import stream
     from amaranth.lib.wiring import In, Out
 
-    from lbpipe.hdl.axis import AXI4StreamSignature
-    from lbpipe.hdl.laps_editor import LapsEdit, LapsEditor
+    from lbpipe.hdl.lib.axis import AXI4StreamSignature
+    from lbpipe.hdl.packet.laps_editor import LapsEdit, LapsEditor
     dut = LapsEditor()
     assert (dut.depth, dut.laps_port) == (256, 0xC1A5)
     members = dut.signature.members
@@ -273,11 +273,11 @@ def test_signature():
 
 def _run(testcase, *, depth=64, user_width=1, env=None):
     from lbpipe.boards.top import FlatTop
-    from lbpipe.hdl.laps_editor import LapsEditor
-    from lbpipe.tb.runner import run_cocotb, write_verilog
+    from lbpipe.hdl.packet.laps_editor import LapsEditor
+    from lbpipe.tb.lib.runner import run_cocotb, write_verilog
     top = FlatTop(LapsEditor(depth=depth, user_width=user_width))
     path = write_verilog(top, name="laps_editor_top", ports=top.ports())
-    run_cocotb(path, toplevel="laps_editor_top", test_module="lbpipe.tb.test_laps_editor", testcase=testcase,
+    run_cocotb(path, toplevel="laps_editor_top", test_module="lbpipe.tb.packet.test_laps_editor", testcase=testcase,
                extra_env={"LAPS_DEPTH": str(depth), **(env or {})})
 
 

@@ -19,7 +19,7 @@ SMALL = {"themis-d": {"n_qps": 16, "queue_depth": 12}}
 @pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_verilator_lint(name):
     path = top_verilog(name, SMALL.get(name, {}))
-    # --no-timing: the simulation build adds "initial #0" kicks (tb/runner.py), which lint may ignore.
+    # --no-timing: the simulation build adds "initial #0" kicks (tb/lib/runner.py), which lint may ignore.
     run = subprocess.run(["verilator", "--lint-only", "--no-timing", "-Wall", "-Wno-fatal", "--top-module",
                           "lbpipe_top", str(path)], capture_output=True, text=True, timeout=300)
     text = run.stdout + run.stderr

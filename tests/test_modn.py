@@ -3,7 +3,7 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from lbpipe.hdl.modn import ModN, residue_bits
+from lbpipe.hdl.lib.modn import ModN, residue_bits
 
 
 def test_parameters():

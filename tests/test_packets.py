@@ -1,4 +1,4 @@
-"""Real RoCEv2 packets through the Themis blocks: :mod:`lbpipe.tb.packets` (scapy builders, the parser and QP
+"""Real RoCEv2 packets through the Themis blocks: :mod:`lbpipe.tb.lib.packets` (scapy builders, the parser and QP
 classifier models, the deparser's ICRC update) and end-to-end runs of Themis-D and Themis-S on items made from real
 frames, golden model and RTL.
 
@@ -19,9 +19,9 @@ from scapy.contrib.roce import BTH
 from scapy.packet import Raw
 
 from lbpipe.engine import run_golden, run_rtl
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.sim.themis_d import Verdict
-from lbpipe.tb.packets import (
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.sim.themis.themis_d import Verdict
+from lbpipe.tb.lib.packets import (
     RC_RDMA_READ_REQUEST, RC_RDMA_WRITE_FIRST, RC_RDMA_WRITE_LAST, RC_RDMA_WRITE_MIDDLE, RC_RDMA_WRITE_ONLY,
     RC_SEND_ONLY, RETH, QpClassifier, classify, flow_hash, icrc, rewrite_udp_sport, roce_ack, roce_cnp, roce_data,
     roce_nak, themis_d_item, themis_s_item,

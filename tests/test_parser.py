@@ -1,10 +1,10 @@
 # amaranth: UnusedElaboratable=no
-"""Tests of :mod:`lbpipe.hdl.axis`, :mod:`lbpipe.hdl.parser` and its golden model :mod:`lbpipe.sim.parser`.
+"""Tests of :mod:`lbpipe.hdl.lib.axis`, :mod:`lbpipe.hdl.packet.parser` and its golden model :mod:`lbpipe.sim.packet.parser`.
 
 Signature and parameter tests first, then the golden model on frames whose expected items are worked out by hand
 (offsets from the header sizes: Ethernet 14, tag 4, IPv4 20 + options, IPv6 40, UDP 8, BTH 12, AETH 4, RETH 16,
-ImmDt 4, ICRC 4), then the golden model against :func:`lbpipe.tb.packets.classify` (written independently) on
-the whole corpus, then the cocotb bench under Icarus (``lbpipe.tb.test_parser``) and one synthesis check.
+ImmDt 4, ICRC 4), then the golden model against :func:`lbpipe.tb.lib.packets.classify` (written independently) on
+the whole corpus, then the cocotb bench under Icarus (``lbpipe.tb.packet.test_parser``) and one synthesis check.
 
 Signature tests construct components without elaborating them; the first line silences Amaranth's
 ``UnusedElaboratable`` warning for that reason (pytest turns warnings into errors).
@@ -19,12 +19,12 @@ from amaranth.hdl import Elaboratable, Module, Shape, Signal
 from amaranth.lib import stream
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.axis import AXI4StreamSignature
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, LAPS_PORT, RETH_OPCODES, PacketMeta,
+from lbpipe.hdl.lib.axis import AXI4StreamSignature
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.packet.parser import (AETH_OPCODES, EXT_WORDS, IMMDT_OPCODES, LAPS_PORT, RETH_OPCODES, PacketMeta,
                                Parser, _crc16_columns, meta_fields)
-from lbpipe.sim.parser import hw_length, parse, parse_frames
-from lbpipe.tb.runner import run_cocotb, write_verilog
+from lbpipe.sim.packet.parser import hw_length, parse, parse_frames
+from lbpipe.tb.lib.runner import run_cocotb, write_verilog
 
 OTHER, DATA, ACK, NACK, ROCE_OTHER = (k.value for k in PacketKind)
 
@@ -116,8 +116,8 @@ def test_packet_meta_layout():
 
 
 def test_opcode_tables_match_packets():
-    """The parser's opcode table against the one :mod:`lbpipe.tb.packets` was written with (independently)."""
-    from lbpipe.tb import packets
+    """The parser's opcode table against the one :mod:`lbpipe.tb.lib.packets` was written with (independently)."""
+    from lbpipe.tb.lib import packets
     assert {op: 4 * words for op, words in EXT_WORDS.items()} == packets._EXT_LEN
     assert RETH_OPCODES == set(packets._RETH_OPCODES)
     assert IMMDT_OPCODES == set(packets._IMM_OPCODES) | {0x65}     # packets builds no UD SEND with immediate
@@ -273,8 +273,8 @@ def test_golden_tags_counted():
 
 def test_golden_agrees_with_classify():
     """On every corpus frame ``classify`` parses (no S-tag, at most one tag), kind and the RoCEv2 fields agree."""
-    from lbpipe.tb.packets import classify
-    from lbpipe.tb.test_parser import corpus
+    from lbpipe.tb.lib.packets import classify
+    from lbpipe.tb.packet.test_parser import corpus
     compared = 0
     for frame in corpus(seed=3):
         meta = parse(frame)
@@ -295,7 +295,7 @@ def test_golden_agrees_with_classify():
 def test_golden_never_reads_past_the_frame():
     """Every prefix of the deepest frames parses (a read past the end would raise) and the model's view of a frame
     does not depend on bytes after it."""
-    from lbpipe.tb.test_parser import base_frames
+    from lbpipe.tb.packet.test_parser import base_frames
     frames = base_frames()
     for name in ("v4 two tags options 40", "v6 two tags", "atomic"):
         frame = frames[name]
@@ -357,7 +357,7 @@ def test_parser_cocotb(laps_port):
     text = path.read_text()
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "meta_payload"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser",
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.packet.test_parser",
                extra_env={"PARSER_LAPS_PORT": str(laps_port)})
 
 
@@ -365,7 +365,7 @@ def test_parser_cocotb(laps_port):
 def test_parser_cocotb_tag_wrap():
     top = ParserTop()
     path = write_verilog(top, name="parser_top", ports=top.ports())
-    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="tag_wrap",
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.packet.test_parser", testcase="tag_wrap",
                extra_env={"PARSER_TAG_WRAP": "1"})
 
 
@@ -377,7 +377,7 @@ def test_parser_cocotb_laps_fuzz(seed):
     laps_port = random.Random(seed).choice([p for p in range(1, 65536) if p != 4791])
     top = ParserTop(laps_port=laps_port)
     path = write_verilog(top, name="parser_top", ports=top.ports())
-    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.test_parser", testcase="laps_fuzz",
+    run_cocotb(path, toplevel="parser_top", test_module="lbpipe.tb.packet.test_parser", testcase="laps_fuzz",
                extra_env={"PARSER_LAPS_PORT": str(laps_port), "PARSER_LAPS_FUZZ": "3000",
                           "PARSER_LAPS_SEED": str(seed)})
 

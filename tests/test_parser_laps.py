@@ -1,6 +1,6 @@
 # amaranth: UnusedElaboratable=no
 """The parser's LAPS shim: the ``laps_port`` parameter, the scapy layer the tests build frames with, and the golden
-model :func:`lbpipe.sim.parser.parse` on LAPS frames (the RTL is held to the golden model by the cocotb bench in
+model :func:`lbpipe.sim.packet.parser.parse` on LAPS frames (the RTL is held to the golden model by the cocotb bench in
 ``tests/test_parser.py``, whose corpus carries LAPS frames on two ports).
 
 Expected values are the ones the frames are built with, and offsets from the header sizes (Ethernet 14, tag 4,
@@ -10,11 +10,11 @@ IPv4 20 + options, IPv6 40, UDP 8, LAPS 12 + 4 per anchor); never from running a
 import pytest
 from scapy.layers.inet import IP
 
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.parser import LAPS_PORT, WINDOW_BYTES, Parser, meta_fields
-from lbpipe.sim.parser import parse
-from lbpipe.tb import packets
-from lbpipe.tb.packets import LapsHeader, laps_frame
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.packet.parser import LAPS_PORT, WINDOW_BYTES, Parser, meta_fields
+from lbpipe.sim.packet.parser import parse
+from lbpipe.tb.lib import packets
+from lbpipe.tb.lib.packets import LapsHeader, laps_frame
 
 OTHER = PacketKind.OTHER.value
 SRC4, DST4 = "10.0.0.1", "10.0.0.2"
@@ -43,7 +43,7 @@ def _frame(version=4, **kwargs):
 # --- parameter ---------------------------------------------------------------------------------------------------
 
 def test_laps_port_default():
-    # 0xC1A5 is in RFC 6335's dynamic/private range (49152 to 65535); tb/packets.py states it independently.
+    # 0xC1A5 is in RFC 6335's dynamic/private range (49152 to 65535); tb/lib/packets.py states it independently.
     assert LAPS_PORT == 0xC1A5 == 49573 == packets.LAPS_PORT
     assert 49152 <= LAPS_PORT <= 65535
     assert Parser().laps_port == LAPS_PORT
@@ -293,7 +293,7 @@ def test_golden_laps_never_reads_past_the_frame():
 def test_golden_roce_frames_do_not_depend_on_the_laps_port():
     """RoCEv2 parsing is unchanged by LAPS: on every named frame the item is the same whatever ``laps_port`` is
     (none of them is on these ports), and every LAPS field is 0."""
-    from lbpipe.tb.test_parser import base_frames
+    from lbpipe.tb.packet.test_parser import base_frames
     for name, frame in base_frames().items():
         items = [parse(frame, laps_port=port) for port in (LAPS_PORT, 1, 65535, 4792)]
         assert all(item == items[0] for item in items), name

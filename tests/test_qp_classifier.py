@@ -1,5 +1,5 @@
 """QP classifier: signature, hash, golden model and control plane by hand, agreement with the test-side
-``QpClassifier`` of ``tb/packets.py``, RTL against the golden model (cocotb + Icarus, and Amaranth's simulator for
+``QpClassifier`` of ``tb/lib/packets.py``, RTL against the golden model (cocotb + Icarus, and Amaranth's simulator for
 cycle-exact corner cases), synthesis."""
 
 import ipaddress
@@ -11,11 +11,11 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from lbpipe.boards.top import AxiLiteTop
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.qp_classifier import (TABLE_CLEAR, TABLE_DELETE, TABLE_INSERT, TABLE_KEY, ClassifierItem,
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.packet.qp_classifier import (TABLE_CLEAR, TABLE_DELETE, TABLE_INSERT, TABLE_KEY, ClassifierItem,
                                       ClassifierResult, QpClassifier, QpKey, QpSlot, h3_constant, splitmix64)
-from lbpipe.sim.qp_classifier import QpClassifier as Golden
-from lbpipe.sim.qp_classifier import (Key, QpTable, TableFull, ack_key, bucket_of, data_key, key_words, pack_key,
+from lbpipe.sim.packet.qp_classifier import QpClassifier as Golden
+from lbpipe.sim.packet.qp_classifier import (Key, QpTable, TableFull, ack_key, bucket_of, data_key, key_words, pack_key,
                                       qp_classifier_trace, unpack_key)
 from lbpipe.trace import layout_fields, pack, unpack, write_events
 
@@ -353,8 +353,8 @@ def test_reset_keeps_table_and_staging():
 def test_agrees_with_packets_qp_classifier():
     """The keys are those of the test-side model: same (qp_hit, qp) on scapy frames and on random metadata with
     near misses."""
-    from lbpipe.tb.packets import QpClassifier as Reference
-    from lbpipe.tb.packets import classify, roce_ack, roce_cnp, roce_data, roce_nak
+    from lbpipe.tb.lib.packets import QpClassifier as Reference
+    from lbpipe.tb.lib.packets import classify, roce_ack, roce_cnp, roce_data, roce_nak
     rng = random.Random(4)
     params = dict(n_entries=64, buckets=64, ways=4, ipv6=True, user_bits=0)
     model, table, reference = Golden(**params), QpTable(**params), Reference()
@@ -426,19 +426,19 @@ RTL_CASES = [
     pytest.param(dict(n_entries=16, buckets=8, ways=2, ipv6=True, user_bits=0), 25, id="v6-2way"),
     pytest.param(dict(n_entries=40, buckets=4, ways=3, ipv6=False, user_bits=5), 6, id="v4-3way-user"),
     pytest.param(dict(n_entries=5, buckets=16, ways=1, ipv6=True, user_bits=0), 37, id="v6-1way"),
-    # Two buckets: the configuration in which Icarus once left registers X (hdl/qp_classifier.py, ``hold``).
+    # Two buckets: the configuration in which Icarus once left registers X (hdl/packet/qp_classifier.py, ``hold``).
     pytest.param(dict(n_entries=29, buckets=2, ways=8, ipv6=True, user_bits=0), 24, id="v6-8way-2bucket"),
 ]
 
 
 def _cocotb(tmp_path, params, events, *, seed=1, testcase="classifier_phases"):
-    from lbpipe.tb.runner import run_cocotb, write_verilog
+    from lbpipe.tb.lib.runner import run_cocotb, write_verilog
     top = AxiLiteTop(QpClassifier(**params))
     path = write_verilog(top, name="lbpipe_top", ports=top.ports())
     write_events(tmp_path / "trace.jsonl", events)
     env = {"QPC_PARAMS": json.dumps(params), "QPC_TRACE": str(tmp_path / "trace.jsonl"), "QPC_SEED": str(seed),
            "QPC_OUT": str(tmp_path / "measured.json")}
-    run_cocotb(path, toplevel="lbpipe_top", test_module="lbpipe.tb.test_qp_classifier", testcase=testcase,
+    run_cocotb(path, toplevel="lbpipe_top", test_module="lbpipe.tb.packet.test_qp_classifier", testcase=testcase,
                extra_env=env, seed=seed)
     out = tmp_path / "measured.json"
     return json.loads(out.read_text()) if out.exists() else {}
@@ -447,7 +447,7 @@ def _cocotb(tmp_path, params, events, *, seed=1, testcase="classifier_phases"):
 @pytest.mark.parametrize("params, seed", RTL_CASES)
 def test_rtl_matches_golden(tmp_path, params, seed):
     """Random trace through the RTL: unthrottled with latency and one item per clock, after reset with the table
-    kept, and reset in mid-traffic with idle cycles and back-pressure (tb/test_qp_classifier.py)."""
+    kept, and reset in mid-traffic with idle cycles and back-pressure (tb/packet/test_qp_classifier.py)."""
     measured = _cocotb(tmp_path, params, qp_classifier_trace(seed, 250, **params), seed=seed)
     assert measured["items"] == 250 and measured["hits"] > 60 and measured["hits_after_reset"] > 20
 

@@ -8,9 +8,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from lbpipe.hdl.fifo import StreamFIFO
-from lbpipe.hdl.ring import RingMemory, RingState, ring_base, ring_drop, ring_push
-from lbpipe.sim.ring import Ring
+from lbpipe.hdl.lib.fifo import StreamFIFO
+from lbpipe.hdl.lib.ring import RingMemory, RingState, ring_base, ring_drop, ring_push
+from lbpipe.sim.lib.ring import Ring
 
 
 def test_golden_ring():

@@ -2,8 +2,8 @@
 
 from amaranth.back import verilog
 
-from lbpipe.tb.runner import _kick_processes, run_cocotb, write_verilog
-from lbpipe.tb.test_runner import StateDecoded
+from lbpipe.tb.lib.runner import _kick_processes, run_cocotb, write_verilog
+from lbpipe.tb.lib.test_runner import StateDecoded
 
 
 def test_kick_adds_one_initial_per_module():
@@ -16,4 +16,4 @@ def test_kick_adds_one_initial_per_module():
 
 def test_state_decoded_output_is_not_x():
     path = write_verilog(StateDecoded(), name="state_decoded")
-    run_cocotb(path, toplevel="state_decoded", test_module="lbpipe.tb.test_runner")
+    run_cocotb(path, toplevel="state_decoded", test_module="lbpipe.tb.lib.test_runner")

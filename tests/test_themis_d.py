@@ -5,10 +5,10 @@ import pytest
 
 from lbpipe.blocks import get_block
 from lbpipe.engine import run_golden, run_rtl
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.themis_d import ThemisD, ThemisDItem, ThemisDResult
-from lbpipe.sim.themis_d import REFERENCE, Verdict, paper_memory_bytes, psn_queue_entries
-from lbpipe.sim.traffic import themis_d_trace
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.themis.themis_d import ThemisD, ThemisDItem, ThemisDResult
+from lbpipe.sim.themis.themis_d import REFERENCE, Verdict, paper_memory_bytes, psn_queue_entries
+from lbpipe.sim.themis.traffic import themis_d_trace
 
 DATA, NACK = PacketKind.DATA.value, PacketKind.NACK.value
 
@@ -103,7 +103,7 @@ def test_rtl_closed_loop_properties(n_paths, start_psn):
     """Closed-loop traffic (spraying, per-path delay, loss, the receiving NIC, retransmission): the RTL's outputs
     equal the golden model's and meet the two user-facing properties (no reordering NACK reaches the sender;
     every NACK for a lost packet reaches it by the next packet on the lost packet's path)."""
-    from lbpipe.sim.themis_net import check_properties, generate
+    from lbpipe.sim.themis.net import check_properties, generate
     scenario = generate(4, n_paths=n_paths, loss=0.02, start_psn=start_psn, **NET)
     out = run_rtl("themis-d", scenario.params, scenario.events, idle=0.1, backpressure=0.2)
     assert out == scenario.outputs

@@ -12,14 +12,14 @@ import random
 import pytest
 
 from lbpipe.boards.top import FlatTop
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.themis_wire import TABLE_THEMIS_D_BASE, ThemisDWire
-from lbpipe.sim.themis_d import Verdict
-from lbpipe.sim.themis_net import check_properties
-from lbpipe.sim.themis_wire import ThemisDWireModel
-from lbpipe.tb.packets import RC_SEND_ONLY, classify, icrc, roce_data
-from lbpipe.tb.runner import run_cocotb, write_verilog
-from lbpipe.tb.test_themis_d_wire import WIRE_PARAMS, Qp, closed_loop_traffic, setup_commands
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.themis.wire import TABLE_THEMIS_D_BASE, ThemisDWire
+from lbpipe.sim.themis.themis_d import Verdict
+from lbpipe.sim.themis.net import check_properties
+from lbpipe.sim.themis.wire import ThemisDWireModel
+from lbpipe.tb.lib.packets import RC_SEND_ONLY, classify, icrc, roce_data
+from lbpipe.tb.lib.runner import run_cocotb, write_verilog
+from lbpipe.tb.themis.test_themis_d_wire import WIRE_PARAMS, Qp, closed_loop_traffic, setup_commands
 
 NAK_PSN_SEQUENCE_ERROR = 0x60
 
@@ -169,7 +169,7 @@ def _wire_env(params):
 def test_rtl(testcase):
     top = FlatTop(ThemisDWire(**WIRE_PARAMS))
     path = write_verilog(top, name="themis_d_wire_top", ports=top.ports())
-    run_cocotb(path, toplevel="themis_d_wire_top", test_module="lbpipe.tb.test_themis_d_wire", testcase=testcase,
+    run_cocotb(path, toplevel="themis_d_wire_top", test_module="lbpipe.tb.themis.test_themis_d_wire", testcase=testcase,
                extra_env=_wire_env(WIRE_PARAMS))
 
 

@@ -1,11 +1,11 @@
 """Tests of the Themis golden models against the paper (001) and against a closed-loop network.
 
-* :class:`lbpipe.sim.rnic.SelectiveRepeatReceiver`, the NIC-SR receiver of section 2.2.
-* :class:`lbpipe.sim.themis_d.ThemisD` on the worked examples of sections 3.3 and 3.4 (Figure 4), on the
+* :class:`lbpipe.sim.net.rnic.SelectiveRepeatReceiver`, the NIC-SR receiver of section 2.2.
+* :class:`lbpipe.sim.themis.themis_d.ThemisD` on the worked examples of sections 3.3 and 3.4 (Figure 4), on the
   extended-scan rules its docstring adds, across the 2**24 PSN wrap, with an overflowing PSN queue, and with stale
   NACKs. Expected values are derived by hand from the paper's text and the docstring's rules, never by running
   the model.
-* :mod:`lbpipe.sim.themis_net`: closed-loop scenarios judged by the two user-facing properties (P1: no reordering
+* :mod:`lbpipe.sim.themis.net`: closed-loop scenarios judged by the two user-facing properties (P1: no reordering
   NACK reaches the sender; P2: every NACK for a lost packet does, no later than the next packet on its path), and
   negative tests proving the checker can fail.
 """
@@ -14,11 +14,11 @@ import json
 
 import pytest
 
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.sim.psn import PSN_MOD
-from lbpipe.sim.rnic import SelectiveRepeatReceiver
-from lbpipe.sim.themis_d import ThemisD, Verdict
-from lbpipe.sim.themis_net import check_properties, generate, min_queue_depth, verdict_counts
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.sim.lib.psn import PSN_MOD
+from lbpipe.sim.net.rnic import SelectiveRepeatReceiver
+from lbpipe.sim.themis.themis_d import ThemisD, Verdict
+from lbpipe.sim.themis.net import check_properties, generate, min_queue_depth, verdict_counts
 
 M = PSN_MOD
 DATA = PacketKind.DATA.value

@@ -5,8 +5,8 @@ import random
 import pytest
 
 from lbpipe.engine import run_golden, run_rtl
-from lbpipe.hdl.meta import PacketKind
-from lbpipe.hdl.themis_s import ThemisS, ThemisSItem, ThemisSResult
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.themis.themis_s import ThemisS, ThemisSItem, ThemisSResult
 
 DATA = PacketKind.DATA.value
 

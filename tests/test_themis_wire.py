@@ -5,10 +5,10 @@ import random
 import pytest
 
 from lbpipe.boards.top import FlatTop
-from lbpipe.hdl.themis_wire import ThemisSWire
-from lbpipe.sim.themis_wire import ThemisSWireModel
-from lbpipe.tb.packets import icrc, roce_data
-from lbpipe.tb.runner import run_cocotb, write_verilog
+from lbpipe.hdl.themis.wire import ThemisSWire
+from lbpipe.sim.themis.wire import ThemisSWireModel
+from lbpipe.tb.lib.packets import icrc, roce_data
+from lbpipe.tb.lib.runner import run_cocotb, write_verilog
 
 
 def test_golden_rewrites_the_source_port_and_the_icrc():
@@ -37,7 +37,7 @@ def test_golden_passes_other_frames():
 def test_rtl(testcase):
     top = FlatTop(ThemisSWire(n_paths=8, depth=256))
     path = write_verilog(top, name="themis_wire_top", ports=top.ports())
-    run_cocotb(path, toplevel="themis_wire_top", test_module="lbpipe.tb.test_themis_wire", testcase=testcase,
+    run_cocotb(path, toplevel="themis_wire_top", test_module="lbpipe.tb.themis.test_themis_s_wire", testcase=testcase,
                extra_env={"LBPIPE_WIRE_PATHS": "8"})
 
 
@@ -46,7 +46,7 @@ def test_pcap_replay_golden_and_rtl_identical(tmp_path):
     import json
 
     from lbpipe.cli import main
-    from lbpipe.tb.test_themis_wire import frames_for
+    from lbpipe.tb.themis.test_themis_s_wire import frames_for
     from lbpipe.trace import read_pcap, write_pcap
     rng = random.Random(4)
     write_pcap(tmp_path / "in.pcap", frames_for(rng, 40))

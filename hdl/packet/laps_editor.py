@@ -1,0 +1,513 @@
+"""LAPS header editor: the deparser side of the LAPS shim. It inserts a LAPS header into a UDP frame, removes one,
+or updates one in place, and keeps the IP and UDP lengths, the UDP destination port and the checksums right (LAPS,
+IEEE ToN, section III-B; the encapsulation is the parser's, ``docs/packet_io.md``, "LAPS encapsulation").
+
+Frames come on ``s_axis``; one :func:`LapsEdit` per frame comes, in frame order, on ``act``, with the offsets the
+parser found (``l3_off``, ``l4_off``, ``ipv6``, and for UPDATE and REMOVE the frame's ``laps_count`` as ``count``).
+The LAPS header is at ``h = l4_off + 8``; ``K = 12 + 4 * count`` bytes long.
+
+* **UPDATE**: byte ``h`` bits 7 and 6 become ``probe`` and ``ack`` (bits 5 to 0 kept), byte ``h+1`` ``sr_idx``,
+  ``h+2..3`` ``pid``, ``h+4..9`` ``time``. Anchors, count and lengths unchanged; the IPv4 header is not touched.
+* **INSERT**: ``K`` bytes go in at ``h``: byte 0 ``probe<<7 | ack<<6 | count``, ``sr_idx``, ``pid``, ``time``,
+  then in bytes 10-11 the frame's original UDP destination port (the *inner port*: a documented use of the
+  reserved bytes, so that REMOVE can restore it), then anchors 0 to ``count - 1`` (anchor ``i`` in bits
+  ``32i+31:32i`` of ``anchors``). The UDP destination port becomes ``laps_port``; the UDP length grows by ``K``;
+  IPv4: the total length grows by ``K`` and the header checksum is updated incrementally (RFC 1624 eqn 3, the
+  total-length word the only one changed); IPv6: the payload length grows by ``K``.
+* **REMOVE**: the ``K`` bytes at ``h`` go; the UDP destination port becomes the inner port (header bytes 10-11);
+  lengths shrink by ``K``; the IPv4 checksum is updated likewise.
+* **UDP checksum** (all three): IPv4: set to 0 (no checksum, RoCEv2 practice). IPv6: updated incrementally: the
+  UDP length counts twice (datagram and pseudo-header), the port change, and the words of the inserted header
+  (added), of the removed one (subtracted) or the five changed words (UPDATE), the old values read from the frame.
+  ``K`` is a multiple of 4 and ``h`` even, so the payload keeps its 16-bit alignment and its sum. A computed 0 is
+  sent as 0xFFFF; a zero IPv6 checksum stays 0 (treated as "none": a zero checksum is invalid in IPv6, so such a
+  frame was not checkable before either).
+* **drop** discards the frame, whatever ``op`` says.
+
+**When an edit applies** (:func:`edit_applies`; otherwise the frame passes unchanged and is counted as refused):
+``l4_off`` even, ``l3_off`` 14, 18 or 22, ``count`` at most 4; and, where the brief that fixed the rules was
+silent, ``l4_off >= l3_off + 20`` (the UDP header after the IP fields written) and ``h + K <= 128`` (every byte read
+or written, and the header removed, within the frame's first two beats; a real header gives at most 118); the frame
+long enough (INSERT: ``h`` at most its length; UPDATE, REMOVE: ``h + K`` at most its length); the result at most
+``depth`` beats. UPDATE and REMOVE trust ``count`` and do not check the destination port (the parser did).
+
+**Structure.** A beat FIFO (``depth`` beats), an action FIFO (``depth`` entries) and a FIFO of frame lengths,
+counted as frames come in. The edit is decided at a frame's first beat and needs its length, so a frame leaves
+only once its last beat is in (store-and-forward: a frame must fit in the beat FIFO). Then a pipeline: a pairing
+register sends each beat with the next beat of its frame (so the first two beats, the edit window, are seen
+together); E1 decides and reads the fields (IP words at three possible offsets, the UDP header and 28 bytes at
+``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum terms; E2b adds the terms;
+E3 folds the sums; E4 writes the window (frame bytes 0 to 127); on the way out of E4, INSERT's header is
+merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from
+the previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), and makes
+``tkeep``/``tlast`` from the bytes left. Each stage loads when it is empty or its contents move on, so bubbles do
+not wait behind a stopped ``m_axis``.
+
+**Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued). An INSERT that
+makes the frame a beat longer costs one extra output cycle, during which the input waits; a REMOVE that makes it a
+beat shorter leaves one idle output cycle. Each output beat carries the ``tuser`` of the input beat it is made
+with (the extra INSERT beat: the last one's); lanes outside ``tkeep`` are not defined.
+
+Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames passed unchanged (op PASS), 1 updated,
+2 inserted, 3 removed, 4 dropped, 5 refused (the edit did not apply; the frame passed unchanged).
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from lbpipe.hdl.lib.axis import AXI4StreamSignature, AxisBeat
+from lbpipe.hdl.lib.control import check_int
+from lbpipe.hdl.lib.fifo import StreamFIFO
+from lbpipe.hdl.lib.meta import TAG_BITS
+from lbpipe.hdl.packet.parser import LAPS_PORT, check_laps_port
+
+__all__ = ["LapsEditor", "LapsEdit", "N_COUNTERS", "OP_PASS", "OP_UPDATE", "OP_INSERT", "OP_REMOVE", "WINDOW",
+           "check_parameters", "edit_applies"]
+
+_BEAT = 64
+#: Bytes at the frame start an edit may touch (two beats): the bytes read and written, and the header removed.
+WINDOW = 2 * _BEAT
+#: Counters in ``stats``.
+N_COUNTERS = 6
+OP_PASS, OP_UPDATE, OP_INSERT, OP_REMOVE = range(4)
+#: The offsets of the IP header an edit accepts (Ethernet with 0, 1 or 2 VLAN tags).
+L3_OFFSETS = (14, 18, 22)
+
+
+def LapsEdit():
+    """What to do with one frame (first field in the low bits).
+
+    =======  =====  ==========================================================================================
+    field    bits   meaning
+    =======  =====  ==========================================================================================
+    tag      16     opaque, not interpreted (the pipeline's frame tag)
+    op       2      0 PASS, 1 UPDATE, 2 INSERT, 3 REMOVE
+    drop     1      discard the frame (wins over ``op``)
+    ipv6     1      the IP header is IPv6 (else IPv4)
+    l3_off   8      offset of the IP header
+    l4_off   8      offset of the UDP header
+    count    3      anchors: of the header to insert (INSERT), of the frame's header (UPDATE, REMOVE)
+    probe    1      LAPS byte 0 bit 7 (INSERT, UPDATE)
+    ack      1      LAPS byte 0 bit 6 (INSERT, UPDATE)
+    sr_idx   8      LAPS byte 1 (INSERT, UPDATE)
+    pid      16     LAPS bytes 2-3 (INSERT, UPDATE)
+    time     48     LAPS bytes 4-9 (INSERT, UPDATE)
+    anchors  128    anchor ``i`` in bits ``32i+31:32i`` (INSERT, anchors 0 to ``count - 1``)
+    =======  =====  ==========================================================================================
+    """
+    return data.StructLayout({"tag": TAG_BITS, "op": 2, "drop": 1, "ipv6": 1, "l3_off": 8, "l4_off": 8,
+                              "count": 3, "probe": 1, "ack": 1, "sr_idx": 8, "pid": 16, "time": 48, "anchors": 128})
+
+
+def check_parameters(*, depth, user_width, laps_port):
+    """Raise ``TypeError``/``ValueError`` for parameters the block does not take (shared with the golden model)."""
+    for name, value, lo, hi in (("depth", depth, 2, 4096), ("user_width", user_width, 1, 64)):
+        check_int(name, value)
+        if not lo <= value <= hi:
+            raise ValueError(f"{name} must be from {lo} to {hi}, not {value}")
+    check_laps_port(laps_port)
+
+
+def edit_applies(*, op, l3_off, l4_off, count, length, depth):
+    """Whether an UPDATE, INSERT or REMOVE is made on a frame of ``length`` bytes (the module docstring's rule)."""
+    h = l4_off + 8
+    k = 12 + 4 * count
+    if l4_off % 2 or l3_off not in L3_OFFSETS or l4_off < l3_off + 20 or count > 4 or h + k > WINDOW:
+        return False
+    if op == OP_INSERT:
+        return h <= length and length + k <= depth * _BEAT
+    return h + k <= length
+
+
+def _byte(value, index):
+    return value[8 * index:8 * index + 8]
+
+
+def _be(value, offset, size):
+    """The big-endian ``size``-byte field at byte ``offset`` of a little-endian-laned byte vector."""
+    return Cat(*[_byte(value, offset + size - 1 - k) for k in range(size)])
+
+
+def _be_bytes(field, size):
+    """``field`` (an integer value of ``size`` bytes) as bytes in lane order, most significant byte first."""
+    return Cat(*[field[8 * (size - 1 - k):8 * (size - k)] for k in range(size)])
+
+
+def _ones(keep):
+    """Bytes a contiguous ``tkeep`` (lanes 0 to c-1) holds, c in 0 to 64: c is t where lane t-1 is kept and lane t
+    is not, so each bit of c is an OR of such pairs (no adder)."""
+    n = len(keep)
+    bits = []
+    for k in range((n).bit_length()):
+        terms = [keep[t - 1] & (~keep[t] if t < n else 1) for t in range(1, n + 1) if t >> k & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)
+
+
+def _sig(m, value, name):
+    """``value`` through a named combinational signal (keeps the expression trees small)."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def _fold(value):
+    """Ones' complement sum of the 16-bit pieces of ``value`` (at most 32 bits), 0 only if ``value`` is 0."""
+    once = value[:16] + value[16:]
+    return (once[:16] + once[16:])[:16]
+
+
+class LapsEditor(wiring.Component):
+    """LAPS header insert, remove and update (see the module docstring).
+
+    Parameters
+    ----------
+    depth : int
+        Beat FIFO, in beats, 2 to 4096; the longest frame in and out is ``depth`` beats.
+    user_width : int
+        Width of ``tuser``.
+    laps_port : int
+        UDP destination port INSERT writes (1 to 65535, not 4791).
+
+    Members
+    -------
+    s_axis : In(AXI4StreamSignature(512, user_width))
+    m_axis : Out(AXI4StreamSignature(512, user_width))
+    act : In(stream.Signature(LapsEdit()))
+    stats : Out(32 * N_COUNTERS)
+        The counters of the module docstring; counter ``i`` in bits ``32i+31:32i``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For parameters of the wrong type or out of range.
+    """
+
+    #: Register stages from the edge that takes a frame's first beat out of the beat FIFO to the one that puts its
+    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, sums, fold, write, merge, output).
+    latency = 8
+
+    def __init__(self, *, depth=256, user_width=1, laps_port=LAPS_PORT):
+        check_parameters(depth=depth, user_width=user_width, laps_port=laps_port)
+        self._depth = depth
+        self._user_width = user_width
+        self._laps_port = laps_port
+        axis = AXI4StreamSignature(data_width=8 * _BEAT, user_width=user_width)
+        super().__init__({
+            "s_axis": In(axis),
+            "m_axis": Out(axis),
+            "act": In(stream.Signature(LapsEdit())),
+            "stats": Out(32 * N_COUNTERS),
+        })
+
+    @property
+    def depth(self):
+        return self._depth
+
+    @property
+    def laps_port(self):
+        return self._laps_port
+
+    def elaborate(self, platform):
+        m = Module()
+        uw, depth = self._user_width, self._depth
+        s, o = self.s_axis, self.m_axis
+        dbits = 8 * _BEAT
+        len_bits = (depth * _BEAT).bit_length()
+
+        m.submodules.beats = beats = StreamFIFO(shape=AxisBeat(data_width=dbits, user_width=uw), depth=depth)
+        m.d.comb += [
+            beats.i.payload.data.eq(s.tdata), beats.i.payload.keep.eq(s.tkeep),
+            beats.i.payload.last.eq(s.tlast), beats.i.payload.user.eq(s.tuser),
+            beats.i.valid.eq(s.tvalid), s.tready.eq(beats.i.ready),
+        ]
+        m.submodules.acts = acts = StreamFIFO(shape=LapsEdit(), depth=depth)
+        wiring.connect(m, wiring.flipped(self.act), acts.i)
+
+        # Frame lengths, counted as frames enter: the edit is decided at a frame's first beat and needs its length
+        # (a frame waits in the beat FIFO until its last beat has come in). One entry per frame whose first beat
+        # has not left: at most the beat FIFO's ``depth`` frames and the one being counted.
+        m.submodules.lens = lens = StreamFIFO(shape=len_bits, depth=depth + 1)
+        in_beats = Signal(len_bits)
+        pend = Signal()
+        pend_beats = Signal(len_bits)
+        pend_keep = Signal(_BEAT)
+        in_xfer = Signal()
+        m.d.comb += [
+            in_xfer.eq(s.tvalid & s.tready),
+            lens.i.valid.eq(pend),
+            lens.i.payload.eq((pend_beats << 6) + _ones(pend_keep)),
+        ]
+        with m.If(pend & lens.i.ready):
+            m.d.sync += pend.eq(0)
+        with m.If(in_xfer):
+            with m.If(s.tlast):
+                m.d.sync += [in_beats.eq(0), pend.eq(1), pend_beats.eq(in_beats), pend_keep.eq(s.tkeep)]
+            with m.Else():
+                m.d.sync += in_beats.eq(in_beats + 1)
+
+        # Each stage loads when it is empty or its contents move on, so a bubble never waits behind a stopped output.
+        en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
+                                                  Signal())
+
+        # -- pairing: each beat leaves with the beat after it in its frame (zero after the last) ----------------
+        head = beats.o.payload
+        in_first = Signal(init=1)
+        p_valid, p_last, p_idx = Signal(), Signal(), Signal(2)
+        p_data, p_keep, p_user = Signal(dbits), Signal(_BEAT), Signal(uw)
+        p_act = Signal(LapsEdit())
+        p_len = Signal(len_bits)
+        p_move, take = Signal(), Signal()
+        m.d.comb += [
+            p_move.eq(p_valid & en1 & (p_last | beats.o.valid)),
+            take.eq(beats.o.valid & (~in_first | (acts.o.valid & lens.o.valid)) & (~p_valid | p_move)),
+            beats.o.ready.eq(take),
+            acts.o.ready.eq(take & in_first),
+            lens.o.ready.eq(take & in_first),
+        ]
+        with m.If(p_move):
+            m.d.sync += p_valid.eq(0)
+        with m.If(take):
+            m.d.sync += [p_valid.eq(1), p_data.eq(head.data), p_keep.eq(head.keep), p_last.eq(head.last),
+                         p_user.eq(head.user), in_first.eq(head.last)]
+            with m.If(in_first):
+                m.d.sync += [p_act.eq(acts.o.payload), p_len.eq(lens.o.payload), p_idx.eq(0)]
+            with m.Elif(p_idx != 2):
+                m.d.sync += p_idx.eq(p_idx + 1)
+        p_nxt = Mux(p_last, 0, head.data)
+
+        def stage(name, **fields):
+            return {k: Signal(v, name=f"{name}_{k}") for k, v in fields.items()}
+
+        elem = dict(valid=1, cur=dbits, nxt=dbits, keep=_BEAT, last=1, user=uw, idx=2)
+
+        # -- E1: the decision and the fields the edit reads ---------------------------------------------------
+        a = p_act
+        h = Signal(9)
+        k = Signal(6)
+        applies = Signal()
+        m.d.comb += [h.eq(a.l4_off + 8), k.eq(12 + 4 * a.count)]
+        l3_ok = (a.l3_off == 14) | (a.l3_off == 18) | (a.l3_off == 22)
+        fits = Mux(a.op == OP_INSERT, (h <= p_len) & (p_len + k <= depth * _BEAT), h + k <= p_len)
+        m.d.comb += applies.eq((a.op != OP_PASS) & ~a.l4_off[0] & l3_ok & (a.l4_off >= a.l3_off + 20) &
+                               (a.count <= 4) & (h + k <= WINDOW) & fits)
+        win = _sig(m, Cat(p_data, p_nxt, Const(0, 256)), "win")
+        l4w = a.l4_off[1:7]
+        udp = _sig(m, win.bit_select(l4w * 16, 64), "udp")
+        hdr_old = _sig(m, win.bit_select(h[1:7] * 16, 224), "hdr_old")
+        l3_fields = [Cat(_be(win, l3 + 2, 2), _be(win, l3 + 4, 2), _be(win, l3 + 10, 2)) for l3 in L3_OFFSETS]
+        l3_sel = Cat(a.l3_off == 14, a.l3_off == 18, a.l3_off == 22)
+        l3_words = _sig(m, Mux(l3_sel[0], l3_fields[0], Mux(l3_sel[1], l3_fields[1], l3_fields[2])), "l3_words")
+
+        e1 = stage("e1", **elem, act=LapsEdit(), op=2, drop=1, refused=1, h=7, k=6, new_len=len_bits + 1,
+                   l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16, ucsum=16, hdr=224)
+        with m.If(en1):
+            m.d.sync += [
+                e1["valid"].eq(p_move), e1["cur"].eq(p_data), e1["nxt"].eq(p_nxt), e1["keep"].eq(p_keep),
+                e1["last"].eq(p_last), e1["user"].eq(p_user), e1["idx"].eq(p_idx), e1["act"].eq(a),
+                e1["op"].eq(Mux(applies & ~a.drop, a.op, OP_PASS)), e1["drop"].eq(a.drop),
+                e1["refused"].eq(~a.drop & (a.op != OP_PASS) & ~applies), e1["h"].eq(h), e1["k"].eq(k),
+                e1["new_len"].eq(Mux(a.op == OP_INSERT, p_len + k, Mux(a.op == OP_REMOVE, p_len - k, p_len))),
+                e1["l3_sel"].eq(l3_sel), e1["tot"].eq(l3_words[0:16]), e1["plen"].eq(l3_words[16:32]),
+                e1["ipc"].eq(l3_words[32:48]), e1["dport"].eq(_be(udp, 2, 2)), e1["ulen"].eq(_be(udp, 4, 2)),
+                e1["ucsum"].eq(_be(udp, 6, 2)), e1["hdr"].eq(hdr_old),
+            ]
+
+        # -- E2: the new header, the new lengths and port, the checksum sums --------------------------------------
+        a1 = e1["act"]
+        op1 = e1["op"]
+        b0 = Cat(Mux(op1 == OP_UPDATE, _byte(e1["hdr"], 0)[:6], a1.count), a1.ack, a1.probe)
+        anchors = Cat(*[_be_bytes(a1.anchors[32 * i:32 * i + 32], 4) for i in range(4)])
+        hdr_new = _sig(m, Cat(b0, a1.sr_idx, _be_bytes(a1.pid, 2), _be_bytes(a1.time, 6),
+                              _be_bytes(e1["dport"], 2), anchors), "hdr_new")
+        delta = Mux(op1 == OP_INSERT, e1["k"], Mux(op1 == OP_REMOVE, -e1["k"], 0))
+        new_dport = Mux(op1 == OP_INSERT, self._laps_port,
+                        Mux(op1 == OP_REMOVE, _be(e1["hdr"], 10, 2), e1["dport"]))
+        new_ulen = Signal(16)
+        m.d.comb += new_ulen.eq(e1["ulen"] + delta)
+        terms = []
+        for i in range(14):
+            old_w, new_w = _be(e1["hdr"], 2 * i, 2), _be(hdr_new, 2 * i, 2)
+            inside = 2 * i < e1["k"]
+            if i < 5:
+                upd = (~old_w)[:16] + new_w
+            else:
+                upd = Const(0, 17)
+            term = Mux(op1 == OP_UPDATE, upd, Mux(inside, Mux(op1 == OP_INSERT, new_w, (~old_w)[:16]), 0))
+            terms.append(_sig(m, term, f"term{i}"))
+        inv = lambda v: (~v)[:16]
+        new_tot = (e1["tot"] + delta)[:16]
+        shifted = _sig(m, (hdr_new << (e1["h"][1:7] * 16))[:WINDOW * 8], "shifted")
+
+        ctx = dict(op=2, drop=1, refused=1, is_pass=1, ipv6=1, h=7, k=6, new_len=len_bits + 1, l3_sel=3, l4w=6)
+        e2 = stage("e2", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16,
+                   **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16, inv_tot=16)
+        with m.If(en2):
+            m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "h", "k", "new_len", "l3_sel")]
+            m.d.sync += [
+                e2["is_pass"].eq(a1.op == OP_PASS), e2["ipv6"].eq(a1.ipv6), e2["l4w"].eq(a1.l4_off[1:7]),
+                e2["hdr"].eq(shifted), e2["dport"].eq(new_dport), e2["ulen"].eq(new_ulen),
+                e2["ucsum"].eq(e1["ucsum"]), e2["plen"].eq(e1["plen"] + delta), e2["tot"].eq(new_tot),
+                e2["inv_uc"].eq(inv(e1["ucsum"])), e2["inv_dp"].eq(inv(e1["dport"])), e2["inv_ul"].eq(inv(e1["ulen"])),
+                e2["inv_ipc"].eq(inv(e1["ipc"])), e2["inv_tot"].eq(inv(e1["tot"])),
+            ]
+            m.d.sync += [e2[f"t{i}"].eq(t) for i, t in enumerate(terms)]
+
+        # -- E2b: the checksum sums (ones' complement sums as plain sums, folded in E3) ----------------------------
+        passed = (*elem, *ctx, "hdr", "dport", "ulen", "ucsum", "plen", "tot")
+        sb = stage("sb", **{n: len(e2[n]) for n in passed}, udp_sum=24, ip_sum=18)
+        with m.If(ens):
+            m.d.sync += [sb[n].eq(e2[n]) for n in passed]
+            m.d.sync += [
+                sb["udp_sum"].eq(sum(e2[f"t{i}"] for i in range(14)) + e2["inv_uc"] + e2["inv_dp"] +
+                                 2 * e2["inv_ul"] + e2["dport"] + 2 * e2["ulen"]),
+                sb["ip_sum"].eq(e2["inv_ipc"] + e2["inv_tot"] + e2["tot"]),
+            ]
+
+        # -- E3: the checksums ------------------------------------------------------------------------------------
+        udp_new = (~_fold(sb["udp_sum"]))[:16]
+        e3 = stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16, ipc=16)
+        with m.If(en3):
+            m.d.sync += [e3[n].eq(sb[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
+            m.d.sync += [
+                e3["ucsum"].eq(Mux(~sb["ipv6"] | (sb["ucsum"] == 0), 0, Mux(udp_new == 0, 0xFFFF, udp_new))),
+                e3["ipc"].eq((~_fold(sb["ip_sum"]))[:16]),
+            ]
+
+        # -- E4: the edited window (frame bytes 0 to 127) and, for INSERT, the header merged in -----------------
+        edit = (e3["op"] != OP_PASS) & ~e3["drop"]
+        wwin = _sig(m, Cat(e3["cur"], e3["nxt"]), "wwin")
+        new_words = []
+        for wi in range(WINDOW // 2):
+            word = _be(wwin, 2 * wi, 2)
+            l4w3 = e3["l4w"]
+            choices = [
+                (l4w3 + 1 == wi, e3["dport"]), (l4w3 + 2 == wi, e3["ulen"]), (l4w3 + 3 == wi, e3["ucsum"]),
+            ]
+            for n, l3 in enumerate(L3_OFFSETS):
+                w3 = l3 // 2
+                if wi == w3 + 1:
+                    choices.append((~e3["ipv6"] & (e3["op"] != OP_UPDATE) & e3["l3_sel"][n], e3["tot"]))
+                if wi == w3 + 5:
+                    choices.append((~e3["ipv6"] & (e3["op"] != OP_UPDATE) & e3["l3_sel"][n], e3["ipc"]))
+                if wi == w3 + 2:
+                    choices.append((e3["ipv6"] & e3["l3_sel"][n], e3["plen"]))
+            hb = e3["h"][1:7]
+            in_fixed = (e3["op"] == OP_UPDATE) & (hb <= wi) & (wi < hb + 5)
+            choices.append((in_fixed, _be(e3["hdr"], 2 * wi, 2)))
+            new = word
+            for cond, value in reversed(choices):
+                new = Mux(cond, value, new)
+            new_words.append(_sig(m, Mux(edit, new, word), f"word{wi}"))
+        w_edit = _sig(m, Cat(*[Cat(w[8:16], w[0:8]) for w in new_words]), "w_edit")
+        # E4 registers the written window; the merge (INSERT) reads it from there, on the way to the output stage.
+        e4_fields = (*elem, "op", "drop", "refused", "is_pass", "h", "k", "new_len", "hdr")
+        e4 = stage("e4", **{n: len(e3[n]) for n in e4_fields})
+        with m.If(en4):
+            m.d.sync += [e4[n].eq(e3[n]) for n in e4_fields if n not in ("cur", "nxt")]
+            m.d.sync += [e4["cur"].eq(Mux(e3["idx"] == 0, w_edit[:dbits], e3["cur"])),
+                         e4["nxt"].eq(Mux(e3["idx"] == 0, w_edit[dbits:], e3["nxt"]))]
+        w_edit = Cat(e4["cur"], e4["nxt"])
+
+        merged = []
+        for g in range(WINDOW):
+            shifted_byte = Const(0, 8) if g < 12 else Mux(
+                e4["k"] == 12, _byte(w_edit, g - 12), Mux(
+                    e4["k"] == 16, _byte(w_edit, max(g - 16, 0)), Mux(
+                        e4["k"] == 20, _byte(w_edit, max(g - 20, 0)), Mux(
+                            e4["k"] == 24, _byte(w_edit, max(g - 24, 0)), _byte(w_edit, max(g - 28, 0))))))
+            merged.append(Mux(g < e4["h"], _byte(w_edit, g), Mux(g < e4["h"] + e4["k"], _byte(e4["hdr"], g),
+                                                                 shifted_byte)))
+        merged = _sig(m, Cat(*merged), "merged")
+
+        m1_edit = Signal(dbits)
+        m1_merged = Signal(dbits)
+        is0 = e4["idx"] == 0
+        is1 = e4["idx"] == 1
+        with m.If(enx & e4["valid"] & is0):
+            m.d.sync += [m1_edit.eq(w_edit[dbits:]), m1_merged.eq(merged[dbits:])]
+        fctx = stage("f", op=2, drop=1, refused=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
+        with m.If(enx & e4["valid"] & is0):
+            m.d.sync += [fctx[n].eq(e4[n]) for n in fctx]
+
+        x = stage("x", **elem, pre=dbits, **{n: len(v) for n, v in fctx.items()})
+        with m.If(enx):
+            m.d.sync += [x[n].eq(e4[n]) for n in ("valid", "keep", "last", "user", "idx")]
+            m.d.sync += [x[n].eq(Mux(is0, e4[n], fctx[n])) for n in fctx]
+            m.d.sync += [
+                x["cur"].eq(Mux(is0, w_edit[:dbits], Mux(is1, m1_edit, e4["cur"]))),
+                x["nxt"].eq(Mux(is0, w_edit[dbits:], e4["nxt"])),
+                x["pre"].eq(Mux(is0, merged[:dbits], m1_merged)),
+            ]
+
+        # -- output: the shift by K four-byte lanes, tkeep and tlast from the bytes left ---------------------------
+        left = Signal(len_bits + 1)
+        prev = Signal(dbits)
+        extra = Signal()        # INSERT: the beat the frame grew by is due
+        cur_left = Signal(len_bits + 1)
+        m.d.comb += cur_left.eq(Mux((x["idx"] == 0) & ~extra, x["new_len"], left))
+        xk = x["k"]
+
+        def lane_shift(lo, hi, down):
+            """Bytes ``i + down`` of ``Cat(lo, hi)`` for i in 0..63, ``down`` one of 64 - K (INSERT) or K."""
+            both = Cat(lo, hi)
+            options = {kk: both[8 * (64 - kk if down == "ins" else kk):][:dbits] for kk in (12, 16, 20, 24, 28)}
+            out = options[28]
+            for kk in (24, 20, 16, 12):
+                out = Mux(xk == kk, options[kk], out)
+            return _sig(m, out, f"shift_{down}")
+
+        ins_shift = lane_shift(prev, x["cur"], "ins")
+        rem_shift = lane_shift(x["cur"], x["nxt"], "rem")
+        rem_out = _sig(m, Cat(*[Mux((x["idx"] < 2) & (64 * x["idx"] + i < x["h"]), _byte(x["cur"], i),
+                                    _byte(rem_shift, i))
+                                   for i in range(_BEAT)]), "rem_out")
+        thermo = Cat(*[cur_left > i for i in range(_BEAT)])
+
+        adv = Signal()
+        hold = Signal()
+        emit = Signal()
+        is_ins = x["op"] == OP_INSERT
+        is_rem = x["op"] == OP_REMOVE
+        shifts = is_ins | is_rem
+        m.d.comb += [
+            adv.eq(~o.tvalid | o.tready),
+            hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & (cur_left > _BEAT) & ~extra),
+            x_leaves.eq(adv & ~hold), enx.eq(~x["valid"] | x_leaves), en4.eq(~e4["valid"] | enx),
+            en3.eq(~e3["valid"] | en4),
+            ens.eq(~sb["valid"] | en3), en2.eq(~e2["valid"] | ens), en1.eq(~e1["valid"] | en2),
+            emit.eq(adv & (extra | (x["valid"] & ~x["drop"] & ~(is_rem & (cur_left == 0))))),
+        ]
+        with m.If(o.tvalid & o.tready):
+            m.d.sync += o.tvalid.eq(0)
+        with m.If(emit):
+            m.d.sync += [
+                o.tvalid.eq(1), o.tuser.eq(x["user"]),
+                o.tdata.eq(Mux(extra, Mux(x["idx"] == 0, m1_merged, ins_shift),
+                               Mux(is_ins, Mux(x["idx"] < 2, x["pre"], ins_shift),
+                                   Mux(is_rem, rem_out, x["cur"])))),
+                o.tkeep.eq(Mux(shifts | extra, thermo, x["keep"])),
+                o.tlast.eq(Mux(shifts | extra, cur_left <= _BEAT, x["last"])),
+            ]
+        with m.If(adv & x["valid"] & ~extra):
+            m.d.sync += [prev.eq(x["cur"]), left.eq(Mux(cur_left > _BEAT, cur_left - _BEAT, 0))]
+        with m.If(adv & extra):
+            m.d.sync += [extra.eq(0), left.eq(0)]
+        with m.If(hold & adv):
+            m.d.sync += extra.eq(1)
+
+        counters = [self.stats.word_select(i, 32) for i in range(N_COUNTERS)]
+        first = x_leaves & x["valid"] & (x["idx"] == 0)
+        which = [
+            ~x["drop"] & x["is_pass"],
+            ~x["drop"] & (x["op"] == OP_UPDATE),
+            ~x["drop"] & is_ins,
+            ~x["drop"] & is_rem,
+            x["drop"],
+            x["refused"],
+        ]
+        for counter, cond in zip(counters, which):
+            with m.If(first & cond):
+                m.d.sync += counter.eq(counter + 1)
+        return m

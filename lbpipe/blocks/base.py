@@ -1,0 +1,131 @@
+"""What lbpipe knows about a block: :class:`Param`, :class:`Block`, and the helpers the mechanisms' registry
+modules share."""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Param", "Block", "parse_params", "load"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One elaboration parameter of a block."""
+    name: str
+    default: Any
+    help: str
+    choices: Optional[tuple] = None
+
+    def parse(self, text):
+        """Convert a command-line string to this parameter's type."""
+        if isinstance(self.default, bool):
+            value = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(self.default, int):
+            try:
+                value = int(text, 0)
+            except ValueError:
+                raise ValueError(f"parameter {self.name} takes an integer, not {text!r}") from None
+        else:
+            value = text
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"parameter {self.name} must be one of {self.choices}, not {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Block:
+    """Everything lbpipe knows about one block.
+
+    ``build(**params)`` returns the Amaranth component (ports ``i``, ``o``, ``ctl``); ``golden(**params)`` the
+    golden model (``control``, ``process``, ``reset`` and optionally ``cycles``); ``tb_module`` is the cocotb module
+    with the generic ``trace`` and ``reset_mid_traffic`` tests; ``paper`` holds the paper's figures for the synthesis report;
+    ``report_extra(params, component)`` returns extra report lines (label -> text).
+    """
+    name: str
+    summary: str
+    paper_ref: str
+    params: List[Param]
+    build: Callable
+    golden: Optional[Callable]
+    tb_module: str
+    doc: str
+    #: ``"meta"``: ports ``i``/``o``/``ctl`` carrying metadata items (traces, replay, generic tests, benchmarks);
+    #: ``"packet"``: AXI4-Stream packet I/O stages, with their own testbenches (Verilog and synthesis only here).
+    interface: str = "meta"
+    #: Where a packet block's golden model lives (documentation and the completeness test).
+    golden_ref: Optional[str] = None
+    paper: Dict[str, Any] = field(default_factory=dict)
+    #: Small parameter sets the generic tests run RTL against golden on (fast to simulate, corner values).
+    test_params: List[Dict[str, Any]] = field(default_factory=list)
+    #: ``f(random.Random) -> params`` for the long random regression.
+    random_params: Optional[Callable] = None
+    report_extra: Optional[Callable] = None
+    synth_nolutram: bool = False
+    #: Packet pipelines: ``"module:function"`` of ``f(seed, n_frames, **params) -> (commands, frames)``, the seeded
+    #: traffic ``lbpipe trace`` writes as a pcap file and its control commands.
+    pcap_trace: Optional[str] = None
+    #: Metadata blocks: ``"module:function"`` of ``f(seed, n_items, **params) -> events``, the seeded random trace
+    #: ``lbpipe trace`` writes and the generic tests replay.
+    trace: Optional[str] = None
+
+    def trace_generator(self):
+        """The block's random trace generator ``f(seed, n_items, **params)``, or None."""
+        if self.trace is None:
+            return None
+        import importlib
+        module, name = self.trace.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def is_meta(self):
+        return self.interface == "meta"
+
+    def layouts(self, params):
+        """``(input layout, output layout, control layout, component)`` of the block built with ``params``.
+
+        The component is built only to read its signature, so Amaranth's unused-elaboratable warning is silenced.
+        """
+        component = self.build(**params)
+        component._MustUse__silence = True
+        members = component.signature.members
+        return (members["i"].signature.members["payload"].shape,
+                members["o"].signature.members["payload"].shape,
+                members["ctl"].signature.members["payload"].shape,
+                component)
+
+    def defaults(self):
+        return {p.name: p.default for p in self.params}
+
+    def resolve(self, overrides=None):
+        """Defaults updated with ``overrides`` (a dict of already-typed values); unknown names raise."""
+        params = self.defaults()
+        for name, value in (overrides or {}).items():
+            if name not in params:
+                raise ValueError(f"block {self.name} has no parameter {name!r}; it has {sorted(params)}")
+            params[name] = value
+        return params
+
+
+def parse_params(block, assignments):
+    """Parse ``["NAME=VALUE", ...]`` for ``block`` into a typed dict."""
+    by_name = {p.name: p for p in block.params}
+    out = {}
+    for text in assignments or []:
+        if "=" not in text:
+            raise ValueError(f"--param takes NAME=VALUE, not {text!r}")
+        name, value = text.split("=", 1)
+        if name not in by_name:
+            raise ValueError(f"block {block.name} has no parameter {name!r}; it has {sorted(by_name)}")
+        out[name] = by_name[name].parse(value)
+    return out
+
+
+def load(path):
+    """``"lbpipe.hdl.themis.themis_s:ThemisS"`` -> a callable that imports and calls it (imports stay lazy, so listing
+    blocks does not load Amaranth)."""
+    module, name = path.split(":")
+
+    def make(**params):
+        import importlib
+        return getattr(importlib.import_module(module), name)(**params)
+    make.__qualname__ = path
+    return make

@@ -1,0 +1,130 @@
+"""Registry entries of Themis (APNet 2025; datasheet docs/themis.md): Themis-S, Themis-D and both in the wire."""
+
+from .base import Block, Param, load
+
+__all__ = ["BLOCKS"]
+
+
+def _themis_s_extra(params, component):
+    pathmap_bytes = params["n_paths"] * 2
+    return {"PathMap": f"{params['n_paths']} x 16 bit = {pathmap_bytes} B "
+                       f"(paper, section 4: N_paths x 2 B = {params['n_paths'] * 2} B)"}
+
+
+def _themis_d_extra(params, component):
+    from lbpipe.sim.themis.themis_d import REFERENCE, paper_memory_bytes
+    bits = component.memory_bits
+    ref = dict(REFERENCE)
+    paper_d = paper_memory_bytes(**ref) - ref["n_paths"] * 2
+    paper_total = paper_memory_bytes(**ref)
+    lines = {
+        "Themis-D memory (flow table + PSN queues)":
+            f"{bits} bits = {bits / 8 / 1000:.1f} kB for {params['n_qps']} QPs x {params['queue_depth']} entries x "
+            f"{params['entry_bits']} bit",
+        "Paper, Eq. 4 at Table 1 values":
+            f"{paper_total / 1000:.1f} kB in all ({paper_d / 1000:.1f} kB Themis-D + "
+            f"{ref['n_paths'] * 2} B PathMap); the paper's 20 B flow entry includes a 13 B QP ID that lbpipe keeps "
+            f"in the upstream QP classifier",
+        "Ratio to the paper's Themis-D figure": f"{bits / 8 / paper_d:.3f}x",
+    }
+    return lines
+
+
+_THEMIS_REFERENCE_QPS = 16 * 100
+
+
+BLOCKS = [
+    Block(
+        name="themis-s",
+        summary="Themis source ToR: PSN-based packet spraying through a PathMap",
+        paper_ref="Themis (APNet 2025), section 3.2",
+        params=[
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256 (any value, not only powers of two)"),
+            Param("mode", "sport", "port: PathMap gives the egress port (two-tier); sport: PathMap gives a UDP "
+                                   "source port XOR delta (multi-tier)", choices=("port", "sport")),
+            Param("hash_bits", 16, "width of the flow hash supplied by the parser"),
+        ],
+        build=load("lbpipe.hdl.themis.themis_s:ThemisS"),
+        golden=load("lbpipe.sim.themis.themis_s:ThemisS"),
+        test_params=[
+            dict(n_paths=256, mode="sport", hash_bits=16),
+            dict(n_paths=7, mode="port", hash_bits=16),
+            dict(n_paths=1, mode="sport", hash_bits=8),
+            dict(n_paths=200, mode="port", hash_bits=32),
+        ],
+        random_params=lambda rng: dict(n_paths=rng.randrange(1, 257), mode=rng.choice(["port", "sport"]),
+                                       hash_bits=rng.randrange(1, 33)),
+        tb_module="lbpipe.tb.themis.test_themis_s",
+        trace="lbpipe.sim.themis.traffic:themis_s_trace",
+        doc="docs/themis.md",
+        paper={"memory": "512 B PathMap (N=256)"},
+        report_extra=_themis_s_extra,
+    ),
+    Block(
+        name="themis-d",
+        summary="Themis destination ToR: PSN queue, NACK validation and NACK compensation",
+        paper_ref="Themis (APNet 2025), sections 3.3, 3.4, 4",
+        params=[
+            Param("n_qps", _THEMIS_REFERENCE_QPS, "flow-table entries (cross-rack QPs: 16 NICs x 100 QPs)"),
+            Param("queue_depth", 100, "PSN-queue entries per QP: ceil(BW x RTT_last x F / MTU) = "
+                                      "ceil(400 Gb/s x 2 us x 1.5 / 1500 B) = 100"),
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
+            Param("entry_bits", 9, "low PSN bits per queue entry (9 fits BRAM's 9-bit bytes; the paper uses 8)"),
+        ],
+        build=load("lbpipe.hdl.themis.themis_d:ThemisD"),
+        golden=load("lbpipe.sim.themis.themis_d:ThemisD"),
+        test_params=[
+            dict(n_qps=8, queue_depth=12, n_paths=5, entry_bits=6),
+            dict(n_qps=5, queue_depth=7, n_paths=256, entry_bits=9),
+            dict(n_qps=3, queue_depth=4, n_paths=2, entry_bits=3),
+            dict(n_qps=4, queue_depth=20, n_paths=1, entry_bits=8),
+            dict(n_qps=6, queue_depth=100, n_paths=200, entry_bits=9),
+        ],
+        random_params=lambda rng: dict(n_qps=rng.randrange(1, 40), queue_depth=rng.randrange(1, 120),
+                                       n_paths=rng.randrange(1, 257), entry_bits=rng.randrange(2, 13)),
+        tb_module="lbpipe.tb.themis.test_themis_d",
+        trace="lbpipe.sim.themis.traffic:themis_d_trace",
+        doc="docs/themis.md",
+        paper={"memory": "193 kB (Eq. 4, Table 1)"},
+        report_extra=_themis_d_extra,
+    ),
+    Block(
+        name="themis-s-wire",
+        summary="Themis-S as a bump in the wire: parser -> Themis-S (sport mode) -> deparser, 512-bit AXI4-Stream",
+        paper_ref="Themis (APNet 2025), section 3.2, on RoCEv2 frames",
+        params=[
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
+            Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+        ],
+        build=load("lbpipe.hdl.themis.wire:ThemisSWire"),
+        golden=load("lbpipe.sim.themis.wire:ThemisSWireModel"),
+        golden_ref="lbpipe.sim.themis.wire:ThemisSWireModel",
+        tb_module="lbpipe.tb.themis.test_themis_s_wire",
+        doc="docs/packet_io.md",
+        interface="packet",
+        pcap_trace="lbpipe.tb.themis.test_themis_s_wire:pcap_trace",
+    ),
+    Block(
+        name="themis-d-wire",
+        summary="Themis-D as a bump in the wire: parser -> QP classifier -> Themis-D -> compensator (blocked NACKs "
+                "dropped, compensation NACKs sent), 512-bit AXI4-Stream",
+        paper_ref="Themis (APNet 2025), sections 3.3-3.4, on RoCEv2 frames",
+        params=[
+            Param("n_qps", 1600, "flow-table entries (cross-rack QPs), 1 to 65536"),
+            Param("queue_depth", 100, "PSN-queue entries per QP, 1 to 255"),
+            Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
+            Param("entry_bits", 9, "low PSN bits per queue entry, 2 to 24"),
+            Param("buckets", 4096, "QP classifier slots per way, a power of two"),
+            Param("ways", 4, "QP classifier ways, 1 to 8"),
+            Param("ipv6", True, "QP classifier keys hold 128-bit addresses (IPv4 and IPv6) or 32-bit ones"),
+            Param("depth", 256, "compensator frame buffer, in 64-byte beats"),
+        ],
+        build=load("lbpipe.hdl.themis.wire:ThemisDWire"),
+        golden=load("lbpipe.sim.themis.wire:ThemisDWireModel"),
+        golden_ref="lbpipe.sim.themis.wire:ThemisDWireModel",
+        tb_module="lbpipe.tb.themis.test_themis_d_wire",
+        doc="docs/packet_io.md",
+        interface="packet",
+        pcap_trace="lbpipe.tb.themis.test_themis_d_wire:pcap_trace",
+    ),
+]

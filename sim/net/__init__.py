@@ -1,0 +1,1 @@
+"""Network models shared by the mechanisms' closed-loop runs: the receiving RNIC (``rnic``)."""

@@ -1,0 +1,58 @@
+"""Golden model of :class:`lbpipe.hdl.packet.compensator.Compensator`: frames and their actions in, frames out.
+
+The rules (the hardware's module docstring explains the choices): a frame with ``record`` becomes its QP's
+template if it has at most two 64-byte beats, else the QP's template becomes empty; a frame with ``drop`` is not
+sent; a frame with ``comp`` is followed by its QP's template, if there is one. A ``qp`` at or above ``n_qps`` records
+nothing and sends nothing. Templates survive reset (they are memories); the counters do not.
+"""
+
+from lbpipe.hdl.packet.compensator import N_COUNTERS, Compensator as _Hardware, check_parameters
+
+__all__ = ["Compensator"]
+
+_BEAT = 64
+
+
+class Compensator:
+    """Parameters as :class:`lbpipe.hdl.packet.compensator.Compensator`."""
+
+    def __init__(self, *, n_qps=1600, depth=256, user_width=1):
+        check_parameters(n_qps=n_qps, depth=depth, user_width=user_width)
+        self.n_qps = n_qps
+        self.templates = {}
+        self.counts = [0] * N_COUNTERS
+
+    def reset(self):
+        """Hardware reset: the counters clear; the templates stay."""
+        self.counts = [0] * N_COUNTERS
+
+    def stats(self):
+        """Counters as the RTL's ``stats`` holds them: dropped, recorded, too long to record, sent, missed."""
+        return [c % (1 << 32) for c in self.counts]
+
+    def process(self, frame, action):
+        """The frames (a list of ``bytes``) that leave for ``frame`` and its action (a dict of ``CompAction``
+        fields)."""
+        frame = bytes(frame)
+        qp = action.get("qp", 0)
+        in_range = qp < self.n_qps
+        out = []
+        if action.get("record") and in_range:
+            if len(frame) <= _Hardware.RECORD_BEATS * _BEAT:
+                self.templates[qp] = frame
+                self.counts[1] += 1
+            else:
+                self.templates[qp] = None
+                self.counts[2] += 1
+        if action.get("drop"):
+            self.counts[0] += 1
+        else:
+            out.append(frame)
+        if action.get("comp"):
+            template = self.templates.get(qp) if in_range else None
+            if template is None:
+                self.counts[4] += 1
+            else:
+                out.append(template)
+                self.counts[3] += 1
+        return out

@@ -1,0 +1,1 @@
+"""cocotb benches of the packet I/O stages, one module per block."""

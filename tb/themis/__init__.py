@@ -1,0 +1,1 @@
+"""cocotb benches of Themis-S, Themis-D and the two Themis wire pipelines."""

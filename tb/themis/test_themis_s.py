@@ -1,0 +1,18 @@
+"""cocotb testbench of Themis-S (run through lbpipe.engine.run_rtl or ``lbpipe replay --engine rtl``)."""
+
+import cocotb
+
+# The generic tests every block runs, defined once in the harness.
+from lbpipe.tb.lib.harness import reset_mid_traffic, run_trace_test, trace  # noqa: F401
+
+
+@cocotb.test(expect_fail=True)
+async def harness_catches_a_wrong_output(dut):
+    """Self-test of the scoreboard: one expected output has a flipped bit, so this run must fail."""
+    await run_trace_test(dut, corrupt="output")
+
+
+@cocotb.test(expect_fail=True)
+async def harness_catches_a_wrong_cycle(dut):
+    """Self-test of the timing check: one predicted output cycle is off by one, so this run must fail."""
+    await run_trace_test(dut, corrupt="timing")
