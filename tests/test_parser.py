@@ -189,6 +189,22 @@ def test_golden_ipv4_ack_by_hand():
                          src_ip=0x0A000001, dst_ip=0x0A000002, udp_sport=0xC000, udp_dport=4791, udp_len=28)
 
 
+@pytest.mark.parametrize("opcode, kind, ieth", [
+    (0x16, DATA, 1),         # RC SEND LAST with Invalidate: an RC request, IETH (4 bytes) after the BTH
+    (0x17, DATA, 1),         # RC SEND ONLY with Invalidate
+    (0x15, ROCE_OTHER, 0),   # reserved in IBA table 38 (ib_pack.h: "opcode 0x15 is reserved"): never data
+    (0x18, ROCE_OTHER, 0),   # reserved
+])
+def test_golden_send_with_invalidate_by_hand(opcode, kind, ieth):
+    """The opcode-table regression (the parser once took 0x15 for SEND with invalidate and missed 0x17): by hand,
+    from IBA vol. 1 table 38. The UDP length holds BTH, the IETH if any and the ICRC, nothing more, so a parser that
+    expects no IETH still calls the frame RoCEv2, and one that expects an IETH where there is none does not."""
+    payload = _bth(opcode, 0x000456, 0x000010) + b"\x00" * (4 * ieth) + b"ICRC"
+    frame = MAC + b"\x08\x00" + _ipv4(_udp(payload)) + b"\x00" * 8
+    got = parse(frame, 1)
+    assert (got["kind"], got["roce"], got["opcode"], got["icrc_off"]) == (kind, 1, opcode, 42 + 12 + 4 * ieth)
+
+
 def test_golden_two_tags_options_write_only_imm_by_hand():
     # S-tag, C-tag: IP at 22; 40 bytes of options: IHL 15, L4 at 22 + 60 = 82, BTH at 90, RETH at 102,
     # ImmDt at 118, 8 payload bytes at 122, ICRC at 130; frame 134 bytes (three beats), UDP length 134 - 82 = 52.

@@ -87,6 +87,10 @@ def test_splitmix64_reference_values():
     # Vigna's splitmix64.c from state 0: the first three outputs.
     assert [splitmix64(n) for n in (1, 2, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
     assert h3_constant(0, 0) == 0xE220A8397B1DCDAF and h3_constant(1, 0) == splitmix64(513)
+    # The golden model's own generator gives the same reference values.
+    from lbpipe.sim.packet import qp_classifier as model
+    assert [model.splitmix64(n) for n in (1, 2, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    assert model.h3_constant(1, 7) == h3_constant(1, 7)
 
 
 def test_h3_by_hand():

@@ -6,9 +6,12 @@ sent; a frame with ``comp`` is followed by its QP's template, if there is one. A
 nothing and sends nothing. Templates survive reset (they are memories); the counters do not.
 """
 
-from lbpipe.hdl.packet.compensator import N_COUNTERS, Compensator as _Hardware, check_parameters
+from lbpipe.hdl.packet.compensator import N_COUNTERS, check_parameters
 
 __all__ = ["Compensator"]
+
+#: A NACK template holds two 64-byte beats (docs/packet_io.md, the compensator).
+_RECORD_BYTES = 128
 
 _BEAT = 64
 
@@ -38,7 +41,7 @@ class Compensator:
         in_range = qp < self.n_qps
         out = []
         if action.get("record") and in_range:
-            if len(frame) <= _Hardware.RECORD_BEATS * _BEAT:
+            if len(frame) <= _RECORD_BYTES:
                 self.templates[qp] = frame
                 self.counts[1] += 1
             else:

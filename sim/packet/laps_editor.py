@@ -6,10 +6,29 @@ the IPv6 payload length, the UDP length, destination port and checksum. Checksum
 equation 3), as the hardware does, so a wrong checksum in the input stays wrong by the same amount.
 """
 
-from lbpipe.hdl.packet.laps_editor import (N_COUNTERS, OP_INSERT, OP_PASS, OP_REMOVE, OP_UPDATE, WINDOW, check_parameters,
-                               edit_applies)
+from lbpipe.hdl.packet.laps_editor import N_COUNTERS, OP_INSERT, OP_PASS, OP_UPDATE, check_parameters
 
 __all__ = ["LapsEditor", "csum_add", "csum_update"]
+
+#: Bytes at the head of a frame the editor rewrites in place (docs/packet_io.md: ``h + K <= 128``).
+WINDOW = 128
+_BEAT = 64
+#: Where the IP header may start: after 0, 1 or 2 VLAN tags.
+_L3_OFFSETS = (14, 18, 22)
+
+
+def edit_applies(*, op, l3_off, l4_off, count, length, depth):
+    """Whether an UPDATE, INSERT or REMOVE is made on a frame of ``length`` bytes (docs/packet_io.md, "When an edit
+    applies"): ``l4_off`` even, ``l3_off`` 14, 18 or 22, ``l4_off >= l3_off + 20``, ``count`` at most 4, the header
+    (UDP end ``h`` plus ``K = 12 + 4 count``) within the 128-byte window; an INSERT needs the UDP header in the frame
+    and the longer frame in the buffer, the others the whole LAPS header in the frame."""
+    udp_end = l4_off + 8
+    size = 12 + 4 * count
+    if l4_off % 2 or l3_off not in _L3_OFFSETS or l4_off < l3_off + 20 or count > 4 or udp_end + size > WINDOW:
+        return False
+    if op == OP_INSERT:
+        return udp_end <= length and length + size <= depth * _BEAT
+    return udp_end + size <= length
 
 PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED = range(N_COUNTERS)
 

@@ -44,7 +44,7 @@ length exceeds its IP payload has a bad UDP header, not a bad LAPS header. ``kin
 LAPS frames: the two ports differ, so a frame is never both.
 
 **Kind** (:class:`lbpipe.hdl.lib.meta.PacketKind`) exactly as ``classify``: a BTH TVer other than 0 is ROCE_OTHER; RC
-requests ordered by PSN (SEND 0x00-0x05, 0x15, 0x16, RDMA WRITE 0x06-0x0B, READ request 0x0C) are DATA; RC
+requests ordered by PSN (SEND 0x00-0x05, 0x16, 0x17, RDMA WRITE 0x06-0x0B, READ request 0x0C) are DATA; RC
 ACKNOWLEDGE (0x11) with syndrome type 0b000 is ACK and with syndrome 0x60 NACK; every other RoCEv2 frame is
 ROCE_OTHER and every non-RoCEv2 frame OTHER.
 
@@ -70,9 +70,21 @@ import binascii
 import struct
 
 from lbpipe.hdl.lib.meta import TAG_BITS, PacketKind
-from lbpipe.hdl.packet.parser import (AETH_OPCODES, DATA_OPCODES, ETH_IPV4, ETH_IPV6, EXT_WORDS, IMMDT_OPCODES, IP_UDP,
-                          LAPS_FIXED_BYTES, LAPS_MAX_ANCHORS, LAPS_PORT, MAX_BEATS, RC_ACKNOWLEDGE, RETH_OPCODES,
-                          ROCE_PORT, TPID_INNER, TPID_OUTER, check_laps_port, meta_fields)
+from lbpipe.hdl.packet.parser import check_laps_port, meta_fields
+from lbpipe.protocol import (ETH_IPV4, ETH_IPV6, EXT_HEADERS, IP_UDP, LAPS_FIXED_BYTES, LAPS_MAX_ANCHORS, LAPS_PORT,
+                             RC_ACKNOWLEDGE, ROCE_PORT, TPID_INNER, TPID_OUTER, TRANSPORT_RD, DATA_OPCODES, ext_bytes,
+                             transport)
+
+#: Full beats the hardware counts before a frame's last one (docs/packet_io.md: lengths exact to 65,536 bytes).
+MAX_BEATS = 1024
+
+# The opcodes the parser reads extension headers for: every RoCEv2 opcode but reliable datagram's, which no RoCEv2
+# NIC implements and whose AETH would follow an RDETH rather than the BTH. RD and unknown opcodes are BTH only.
+_PARSED = {op: headers for op, headers in EXT_HEADERS.items() if transport(op) != TRANSPORT_RD}
+_EXT_BYTES = {op: ext_bytes(op) for op in _PARSED}
+_AETH_OPCODES = frozenset(op for op, headers in _PARSED.items() if "AETH" in headers)
+_RETH_OPCODES = frozenset(op for op, headers in _PARSED.items() if "RETH" in headers)
+_IMMDT_OPCODES = frozenset(op for op, headers in _PARSED.items() if "ImmDt" in headers)
 
 __all__ = ["parse", "parse_frames", "hw_length", "flow_hash"]
 
@@ -209,13 +221,13 @@ def parse(frame, tag=0, *, laps_port=LAPS_PORT):
     if ulen < 8 + 12 + 4:
         return meta
     opcode = data[bth]
-    if ulen < 8 + 12 + 4 * EXT_WORDS.get(opcode, 0) + 4:
+    if ulen < 8 + 12 + _EXT_BYTES.get(opcode, 0) + 4:
         return meta
     tver = data[bth + 1] & 0xF
     dqpn = _be(data, bth + 5, 3)
     ackreq = data[bth + 8] >> 7
     psn = _be(data, bth + 9, 3)
-    aeth = opcode in AETH_OPCODES
+    aeth = opcode in _AETH_OPCODES
     syndrome = data[bth + 12] if aeth else 0
     msn = _be(data, bth + 13, 3) if aeth else 0
     if tver != 0:
@@ -231,7 +243,7 @@ def parse(frame, tag=0, *, laps_port=LAPS_PORT):
     meta.update(
         kind=kind.value, roce=1, bth_off=bth, icrc_off=l4 + ulen - 4,
         opcode=opcode, dqpn=dqpn, psn=psn, ackreq=ackreq,
-        aeth=int(aeth), reth=int(opcode in RETH_OPCODES), immdt=int(opcode in IMMDT_OPCODES),
+        aeth=int(aeth), reth=int(opcode in _RETH_OPCODES), immdt=int(opcode in _IMMDT_OPCODES),
         syndrome=syndrome, msn=msn, flow_hash=flow_hash(src, dst, dqpn),
     )
     return meta

@@ -24,7 +24,7 @@ from collections import namedtuple
 
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.packet.qp_classifier import (DIR_FROM, DIR_TOWARDS, KEY_WORDS, QPN_BITS, TABLE_CLEAR, TABLE_DELETE,
-                                 TABLE_INSERT, TABLE_KEY, QpKey, address_bits, check_parameters, h3_constant,
+                                 TABLE_INSERT, TABLE_KEY, QpKey, address_bits, check_parameters,
                                  qp_bits)
 
 __all__ = [
@@ -118,6 +118,21 @@ def key_words(key):
     """The five staging words (control table 0, indices 0 to 4) of ``key``."""
     return [key.qpn | key.dir << 24 | key.ipv6 << 25,
             key.local & _M64, key.local >> 64, key.remote & _M64, key.remote >> 64]
+
+
+def splitmix64(n):
+    """Output ``n`` (from 1) of splitmix64 started from state 0 (Steele, Lea and Flood, as in Vigna's splitmix64.c),
+    written here apart from the hardware's generator."""
+    mask = (1 << 64) - 1
+    z = (n * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def h3_constant(way, bit):
+    """The H3 constant of key bit ``bit`` in ``way`` (docs/qp_classifier.md): splitmix64 output ``512 way + bit + 1``."""
+    return splitmix64(512 * way + bit + 1)
 
 
 def bucket_of(key, way, *, buckets, ipv6=True):

@@ -34,7 +34,7 @@ Choices (where neither the specification nor the brief fixes them):
   emits metadata at the end of the headers must mark the item bad at ``tlast`` instead; this model decides on the
   whole frame.) Checksums and the ICRC are not verified, as a switch does not verify them.
 * **Kinds** (:class:`lbpipe.hdl.lib.meta.PacketKind`): ``DATA`` is an RC request that the responder orders by PSN
-  (SEND opcodes 0x00 to 0x05 and 0x15, 0x16 with invalidate; RDMA WRITE 0x06 to 0x0B; RDMA READ request 0x0C).
+  (SEND opcodes 0x00 to 0x05 and 0x16, 0x17 with invalidate; RDMA WRITE 0x06 to 0x0B; RDMA READ request 0x0C).
   ``ACK`` is RC ACKNOWLEDGE (0x11) with AETH syndrome type 0b000; ``NACK`` is RC ACKNOWLEDGE with syndrome exactly
   0x60 (NAK, PSN sequence error). Everything else on UDP port 4791 is ``ROCE_OTHER``: CNP (0x81), RNR NAK and other
   NAK codes, read responses, atomics and atomic acknowledges, UC and UD opcodes, any opcode whose BTH TVer is not 0
@@ -54,6 +54,7 @@ import struct
 import zlib
 from collections import namedtuple
 
+import scapy.contrib.roce as _scapy_roce
 from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.fields import (BitField, BitFieldLenField, ByteField, FieldListField, IntField, ShortField, XIntField,
                           XLongField)
@@ -99,26 +100,52 @@ _IP_UDP = 17
 _BTH_LEN = 12
 _ICRC_LEN = 4
 
-# Extension headers after the BTH, by opcode (IBA vol. 1, table 38): RETH 16, ImmDt 4, IETH 4, AETH 4,
-# AtomicETH 28, AtomicAckETH 8, DETH 8; a CNP carries 16 reserved bytes. Unknown opcodes: BTH only.
-_EXT_LEN = {
-    # RC
-    0x00: 0, 0x01: 0, 0x02: 0, 0x03: 4, 0x04: 0, 0x05: 4,
-    0x06: 16, 0x07: 0, 0x08: 0, 0x09: 4, 0x0A: 16, 0x0B: 20, 0x0C: 16,
-    0x0D: 4, 0x0E: 0, 0x0F: 4, 0x10: 4, 0x11: 4, 0x12: 12, 0x13: 28, 0x14: 28, 0x15: 4, 0x16: 4,
-    # UC
-    0x20: 0, 0x21: 0, 0x22: 0, 0x23: 4, 0x24: 0, 0x25: 4,
-    0x26: 16, 0x27: 0, 0x28: 0, 0x29: 4, 0x2A: 16, 0x2B: 20,
-    # UD
-    0x64: 8, 0x65: 12,
-    CNP: 16,
-}
+# The opcode table is written here from outside sources, apart from the one lbpipe.protocol gives the RTL and the
+# golden models, so the tests can catch an error in either: the names are scapy's BTH opcode names, plus the two RC
+# SEND-with-invalidate opcodes scapy lacks, as Linux's include/rdma/ib_pack.h lists them (0x15 is reserved there).
+_OPCODE_NAMES = dict(_scapy_roce._bth_opcodes)
+_OPCODE_NAMES.update({0x16: "RC_SEND_LAST_WITH_INVALIDATE", 0x17: "RC_SEND_ONLY_WITH_INVALIDATE"})
+
+
+def _ext_len(name):
+    """Bytes of extension headers after the BTH for the opcode called ``name``, by the rules of IBA vol. 1 table 38:
+    RETH 16 on RDMA WRITE FIRST/ONLY and READ request, ImmDt 4 on "with immediate", IETH 4 on "with invalidate",
+    AETH 4 on ACKNOWLEDGE and READ RESPONSE FIRST/LAST/ONLY, AtomicAckETH 8 more on the atomic acknowledge,
+    AtomicETH 28 on COMPARE SWAP and FETCH ADD, DETH 8 on UD; a CNP carries 16 reserved bytes."""
+    if name == "CNP":
+        return 16
+    op = name.split("_", 1)[1]
+    size = 8 if name.startswith("UD_") else 0
+    if op.startswith(("RDMA_WRITE_FIRST", "RDMA_WRITE_ONLY")) or op == "RDMA_READ_REQUEST":
+        size += 16
+    if op.endswith("WITH_IMMEDIATE"):
+        size += 4
+    if op.endswith("WITH_INVALIDATE"):
+        size += 4
+    if op in ("ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "RDMA_READ_RESPONSE_FIRST", "RDMA_READ_RESPONSE_LAST",
+              "RDMA_READ_RESPONSE_ONLY"):
+        size += 4
+    if op == "ATOMIC_ACKNOWLEDGE":
+        size += 8
+    if op in ("COMPARE_SWAP", "FETCH_ADD"):
+        size += 28
+    return size
+
+
+# Extension-header bytes by opcode. RD opcodes (0x40 to 0x5F) are left out: no RoCEv2 NIC implements reliable
+# datagram, and a parser that places the AETH right after the BTH would misread theirs (it follows an RDETH).
+# Unknown opcodes: BTH only.
+_EXT_LEN = {op: _ext_len(name) for op, name in _OPCODE_NAMES.items() if not name.startswith("RD_")}
 
 #: RC requests the responder orders by PSN: SEND (with immediate, with invalidate), RDMA WRITE, RDMA READ request.
-_DATA_OPCODES = frozenset(range(0x00, 0x0D)) | {0x15, 0x16}
+_DATA_OPCODES = frozenset(op for op, name in _OPCODE_NAMES.items()
+                          if name.startswith(("RC_SEND_", "RC_RDMA_WRITE_")) or name == "RC_RDMA_READ_REQUEST")
 
-_RETH_OPCODES = (0x06, 0x0A, 0x0B, 0x0C, 0x26, 0x2A, 0x2B)
-_IMM_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x23, 0x25, 0x29, 0x2B)
+_RETH_OPCODES = tuple(sorted(op for op, name in _OPCODE_NAMES.items() if not name.startswith("RD_")
+                             and ("RDMA_WRITE_FIRST" in name or "RDMA_WRITE_ONLY" in name
+                                  or name.endswith("RDMA_READ_REQUEST"))))
+_IMM_OPCODES = tuple(sorted(op for op, name in _OPCODE_NAMES.items()
+                            if not name.startswith(("RD_", "UD_")) and name.endswith("WITH_IMMEDIATE")))
 _IMM_AFTER_RETH = (0x0B, 0x2B)
 #: What :func:`roce_data` builds: RC and UC SEND, RDMA WRITE and RC RDMA READ request.
 _BUILDABLE_REQUESTS = frozenset(range(0x00, 0x0D)) | frozenset(range(0x20, 0x2C))
