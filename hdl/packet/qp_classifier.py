@@ -275,18 +275,13 @@ class QpClassifier(wiring.Component):
         return self.slots * QpSlot(n_entries=self._n_entries, ipv6=self._ipv6).size
 
     def elaborate(self, platform):
+        """Ways of slots in block RAM; the control stages write them (:meth:`_control`), the item pipeline reads
+        them (:meth:`_lookup`: s1 key, s2 hash, s3 read, s4 slot, s5 compare, output register)."""
         m = Module()
-        n_ways, n_buckets, ipv6 = self._ways, self._buckets, self._ipv6
-        bucket_bits = n_buckets.bit_length() - 1
-        abits = address_bits(ipv6)
-        key_layout = QpKey(ipv6=ipv6)
-        slot_layout = QpSlot(n_entries=self._n_entries, ipv6=ipv6)
-        item_layout = ClassifierItem(user_bits=self._user_bits)
-        qbits = qp_bits(self._n_entries)
-
         ways = []
-        for w in range(n_ways):
-            mem = memory.Memory(shape=slot_layout, depth=n_buckets, init=[])
+        for w in range(self._ways):
+            mem = memory.Memory(shape=QpSlot(n_entries=self._n_entries, ipv6=self._ipv6), depth=self._buckets,
+                                init=[])
             m.submodules[f"way{w}"] = mem
             # Not transparent, and never needs to be: commands write at the read stage, where no item is.
             ways.append((mem.write_port(), mem.read_port()))
@@ -294,7 +289,19 @@ class QpClassifier(wiring.Component):
         # The whole pipeline advances together whenever the output register can take an item.
         adv = Signal()
         m.d.comb += adv.eq(~self.o.valid | self.o.ready)
+        self._control(m, ways, adv)
+        self._lookup(m, ways, adv)
+        return m
 
+    def _control(self, m, ways, adv):
+        """The command stages: the key staging register (table 0), INSERT/DELETE registered twice (``s1_cmd``,
+        ``s2_cmd``) so they write at the read stage, and the CLEAR sweep; drives ``ctl.ready`` and ``i.ready``."""
+        n_ways, n_buckets, ipv6 = self._ways, self._buckets, self._ipv6
+        bucket_bits = n_buckets.bit_length() - 1
+        abits = address_bits(ipv6)
+        key_layout = QpKey(ipv6=ipv6)
+        slot_layout = QpSlot(n_entries=self._n_entries, ipv6=ipv6)
+        qbits = qp_bits(self._n_entries)
         # -- control: staging register and the command stages ----------------------------------------------------
         # Control state is not reset: a command the block has accepted always takes effect.
         staged = Signal(key_layout, reset_less=True)
@@ -378,6 +385,18 @@ class QpClassifier(wiring.Component):
                 wr.en.eq(sweeping | ((s2_cmd.insert | s2_cmd.delete) & s2_cmd.way[w])),
             ]
 
+
+    def _lookup(self, m, ways, adv):
+        """The item pipeline: s1 registers the item and its kind, s2 the H3 bucket of each way, s3 the read, s4 the
+        slots, s5 the chunked key comparison; the output register takes the first matching way's ``qp``. Counts
+        hits, misses and items not looked up in ``stats``."""
+        n_ways, n_buckets, ipv6 = self._ways, self._buckets, self._ipv6
+        bucket_bits = n_buckets.bit_length() - 1
+        abits = address_bits(ipv6)
+        key_layout = QpKey(ipv6=ipv6)
+        slot_layout = QpSlot(n_entries=self._n_entries, ipv6=ipv6)
+        item_layout = ClassifierItem(user_bits=self._user_bits)
+        qbits = qp_bits(self._n_entries)
         # -- items -------------------------------------------------------------------------------------------------
         def stage(name, key=True):
             fields = dict(valid=Signal(name=f"{name}_valid"),
@@ -474,4 +493,3 @@ class QpClassifier(wiring.Component):
                     with m.If(counter == c):
                         word = self.stats.word_select(c, 32)
                         m.d.sync += word.eq(word + 1)
-        return m
