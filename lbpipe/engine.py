@@ -8,16 +8,24 @@ import json
 import pathlib
 import tempfile
 
-from .blocks import get_block
-from .trace import TraceError, pack, read_events, read_pcap, write_events, write_pcap
+from .blocks import Block, get_block
+from .trace import TraceError, pack, read_events, read_pcap, where, write_events, write_pcap
 
-__all__ = ["run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
+__all__ = ["resolve_block", "check_ctl_events", "run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
+
+
+def resolve_block(block):
+    """The :class:`Block` for ``block``, a registered name or a :class:`Block` already resolved.
+
+    The engines resolve a name once at their entry and pass the Block on; a name that is not registered raises
+    ``KeyError`` listing the known blocks."""
+    return block if isinstance(block, Block) else get_block(block)
 
 
 def check_events(block, params, events):
     """Reject events the hardware cannot represent, so both engines see identical inputs."""
     layout, _, ctl_layout, _ = block.layouts(params)
-    for number, event in enumerate(events, 1):
+    for number, event in enumerate(events):
         try:
             if "item" in event:
                 pack(layout, event["item"])
@@ -26,8 +34,27 @@ def check_events(block, params, events):
             else:
                 raise TraceError("an event has exactly one of 'ctl' or 'item'")
         except TraceError as exc:
-            raise TraceError(f"event {number}: {exc}") from None
+            raise TraceError(f"{where(events, number)}: {exc}") from None
     return layout
+
+
+def check_ctl_events(block, params, events):
+    """Reject control commands a packet pipeline's control port cannot carry (a negative or too wide table, index or
+    data, a field that is not an integer, an event that is not a command), naming the file and line; both engines
+    call this before any command is applied."""
+    from lbpipe.hdl.lib.control import ControlSignature
+    component = block.build(**params)
+    component._MustUse__silence = True
+    members = component.signature.members
+    ctl_layout = (members["ctl"].signature.members["payload"].shape if "ctl" in members
+                  else ControlSignature().members["payload"].shape)
+    for number, event in enumerate(events):
+        try:
+            if set(event) != {"ctl"}:
+                raise TraceError("a control file holds only {\"ctl\": {...}} events")
+            pack(ctl_layout, event["ctl"])
+        except TraceError as exc:
+            raise TraceError(f"{where(events, number)}: {exc}") from None
 
 
 def _complete(layout, item):
@@ -36,16 +63,17 @@ def _complete(layout, item):
     return values
 
 
-def run_golden(block_name, params, events):
-    """Run ``events`` through the block's golden model; returns the list of output items."""
-    return golden_run(block_name, params, events)[0]
+def run_golden(block, params, events):
+    """Run ``events`` through the golden model of ``block`` (a name or a :class:`Block`); returns the list of
+    output items."""
+    return golden_run(block, params, events)[0]
 
 
-def golden_run(block_name, params, events):
+def golden_run(block, params, events):
     """Like :func:`run_golden`, and also return the model in its final state (for its statistics counters)."""
-    block = get_block(block_name)
+    block = resolve_block(block)
     if not block.is_meta:
-        raise ValueError(f"{block_name} is a packet I/O stage: replay takes metadata blocks (pcap replay comes with "
+        raise ValueError(f"{block.name} is a packet I/O stage: replay takes metadata blocks (pcap replay comes with "
                          f"the Themis pipeline)")
     params = block.resolve(params)
     layout = check_events(block, params, events)
@@ -65,23 +93,23 @@ def _complete_ctl(cmd):
     return values
 
 
-def build_top(block_name, params):
+def build_top(block, params):
     """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
     build it: :class:`AxiLiteTop` for metadata blocks, :class:`FlatTop` for packet I/O stages."""
     from lbpipe.boards.top import AxiLiteTop, FlatTop
-    block = get_block(block_name)
+    block = resolve_block(block)
     component = block.build(**block.resolve(params))
     return AxiLiteTop(component) if block.is_meta else FlatTop(component)
 
 
-def top_verilog(block_name, params, directory=None):
+def top_verilog(block, params, directory=None):
     """Write the wrapped block's Verilog (content-addressed build directory unless given); returns the path."""
     from lbpipe.tb.lib.runner import write_verilog
-    top = build_top(block_name, params)
+    top = build_top(block, params)
     return write_verilog(top, name="lbpipe_top", ports=top.ports(), directory=directory)
 
 
-def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, compare=True, testcase="trace",
+def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compare=True, testcase="trace",
             stats=None):
     """Run ``events`` through the RTL under Icarus with the block's cocotb testbench.
 
@@ -90,17 +118,17 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
     dict, receives the testbench's measurements (cycles, items per clock). Returns the output items.
     """
     from lbpipe.tb.lib.runner import run_cocotb
-    block = get_block(block_name)
+    block = resolve_block(block)
     if not block.is_meta:
-        raise ValueError(f"{block_name} is a packet I/O stage: replay takes metadata blocks")
+        raise ValueError(f"{block.name} is a packet I/O stage: replay takes metadata blocks")
     params = block.resolve(params)
     check_events(block, params, events)
-    path = top_verilog(block_name, params)
+    path = top_verilog(block, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         tmp = pathlib.Path(tmp)
         write_events(tmp / "trace.jsonl", events)
         env = {
-            "LBPIPE_BLOCK": block_name,
+            "LBPIPE_BLOCK": block.name,
             "LBPIPE_PARAMS": json.dumps(params),
             "LBPIPE_TRACE": str(tmp / "trace.jsonl"),
             "LBPIPE_OUT": str(tmp / "out.jsonl"),
@@ -119,16 +147,17 @@ def run_rtl(block_name, params, events, *, idle=0.0, backpressure=0.0, seed=1, c
     return outputs
 
 
-def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="golden"):
+def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"):
     """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
 
     Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
     frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test.
     """
-    block = get_block(block_name)
+    block = resolve_block(block)
     if block.is_meta or block.golden is None:
-        raise ValueError(f"{block_name} does not replay pcap files")
+        raise ValueError(f"{block.name} does not replay pcap files")
     params = block.resolve(params)
+    check_ctl_events(block, params, ctl_events)
     if engine == "golden":
         model = block.golden(**params)
         for event in ctl_events:
@@ -141,7 +170,7 @@ def replay_pcap(block_name, params, pcap_in, pcap_out, ctl_events, *, engine="go
         write_pcap(pcap_out, out)
         return
     from lbpipe.tb.lib.runner import run_cocotb
-    path = top_verilog(block_name, params)
+    path = top_verilog(block, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         ctl = pathlib.Path(tmp) / "ctl.jsonl"
         write_events(ctl, ctl_events)
