@@ -71,7 +71,7 @@ BENCHES = {
 def _run_packet_bench(block, params):
     from lbpipe.tb.lib.runner import run_cocotb
     params = block.resolve(params)
-    path = top_verilog(block.name, params)
+    path = top_verilog(block, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         out = pathlib.Path(tmp) / "bench.json"
         env = {"LBPIPE_PARAMS": json.dumps(params), "LBPIPE_BENCH_SIZES": json.dumps(PACKET_SIZES),
@@ -83,18 +83,22 @@ def _run_packet_bench(block, params):
 
 
 def run_bench(block_name, params):
-    """Run every scenario of ``block_name``; returns a list of result dicts."""
+    """Run every scenario of ``block_name``; returns a list of result dicts.
+
+    ``params`` (the user's ``--param`` values) override the block's defaults and every scenario's own parameters
+    (a closed-loop scenario sizes its network itself); a scenario whose trace does not fit the overridden
+    parameters is refused with the reason."""
     from .blocks import get_block
     block = get_block(block_name)
     if block_name in PACKET_BENCHES:
-        return _run_packet_bench(block, params)
+        return _run_packet_bench(block, block.resolve(params))
     results = []
     for name, make in BENCHES[block_name]:
         run_params, events = make(block.resolve(params))
-        run_params = block.resolve(run_params)
+        run_params = block.resolve({**run_params, **params})
         stats = {}
-        outputs = run_rtl(block_name, run_params, events, stats=stats)
-        if outputs != run_golden(block_name, run_params, events):
+        outputs = run_rtl(block, run_params, events, stats=stats)
+        if outputs != run_golden(block, run_params, events):
             raise AssertionError(f"{block_name} {name}: RTL and golden model differ")
         model = block.golden(**run_params)
         costs = [model.cycles(o) for o in outputs] if hasattr(model, "cycles") else []

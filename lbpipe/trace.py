@@ -15,18 +15,41 @@ byte: runts and malformed frames included.
 
 import json
 
-__all__ = ["read_events", "write_events", "pack", "unpack", "layout_fields", "TraceError", "read_pcap",
-           "write_pcap"]
+__all__ = ["Events", "where", "read_events", "write_events", "pack", "unpack", "layout_fields", "is_integer", "TraceError",
+           "read_pcap", "write_pcap"]
 
 #: pcap link type of Ethernet frames.
 _LINKTYPE_ETHERNET = 1
 
 
 def read_pcap(path):
-    """The frames of a pcap file, as ``bytes``."""
-    import scapy.layers.l2  # noqa: F401  (registers the Ethernet link type with the reader)
-    from scapy.utils import rdpcap
-    return [bytes(p) for p in rdpcap(str(path))]
+    """The frames of a pcap file, as ``bytes``.
+
+    Raises :class:`TraceError` for a file that is not a pcap file, holds no frames, or is cut: inside a frame, inside
+    a record header, or a frame captured shorter than it was on the wire (a snap length), since replaying a cut
+    frame would test something the file does not hold."""
+    import logging
+    import os
+    from scapy.error import Scapy_Exception
+    from scapy.utils import RawPcapReader
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    try:
+        reader = RawPcapReader(str(path))
+    except Scapy_Exception as exc:
+        raise TraceError(f"{path}: not a pcap file ({exc})") from None
+    frames, used = [], 24
+    with reader:
+        for number, (data, meta) in enumerate(reader, 1):
+            if len(data) < meta.caplen:
+                raise TraceError(f"{path}: frame {number} is cut: {len(data)} of its {meta.caplen} bytes")
+            if meta.caplen < meta.wirelen:
+                raise TraceError(f"{path}: frame {number} was captured cut to {meta.caplen} of {meta.wirelen} bytes")
+            frames.append(bytes(data))
+            used += 16 + len(data)
+    if type(reader) is RawPcapReader and used != os.path.getsize(path):
+        raise TraceError(f"{path}: {os.path.getsize(path) - used} bytes after frame {len(frames)} are not a whole "
+                         f"record (the file is cut)")
+    return frames
 
 
 def write_pcap(path, frames):
@@ -40,9 +63,35 @@ class TraceError(ValueError):
     """A trace line that is not a valid event for the block."""
 
 
+class Events(list):
+    """Events read from a file: a list that also knows the file (``path``) and each event's line (``lines``), so a
+    later check can name the line of a bad event."""
+
+    def __init__(self, path=None):
+        super().__init__()
+        self.path = path
+        self.lines = []
+
+    def where(self, index):
+        """``"FILE:LINE"`` of event ``index`` (from 0), or ``"event N"`` (from 1) for events built in memory."""
+        if self.path is not None and index < len(self.lines):
+            return f"{self.path}:{self.lines[index]}"
+        return f"event {index + 1}"
+
+
+def where(events, index):
+    """Where event ``index`` of ``events`` came from, for an error message."""
+    return events.where(index) if isinstance(events, Events) else f"event {index + 1}"
+
+
 def layout_fields(layout):
     """``[(name, offset, width)]`` of a flat :class:`amaranth.lib.data.StructLayout`."""
     return [(name, field.offset, field.width) for name, field in layout]
+
+
+def is_integer(value):
+    """Whether a trace value is an integer: JSON's ``true``, ``7.9`` and ``null`` are not."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def pack(layout, values):
@@ -52,10 +101,13 @@ def pack(layout, values):
     unknown = set(values) - set(fields)
     if unknown:
         raise TraceError(f"unknown fields {sorted(unknown)}; the layout has {sorted(fields)}")
+    if not isinstance(values, dict):
+        raise TraceError(f"expected an object of fields, not {json.dumps(values)}")
     word = 0
     for name, value in values.items():
         offset, width = fields[name]
-        value = int(value)
+        if not is_integer(value):
+            raise TraceError(f"field {name}={json.dumps(value)} is not an integer")
         if not 0 <= value < (1 << width):
             raise TraceError(f"field {name}={value} does not fit in {width} bits")
         word |= value << offset
@@ -68,21 +120,39 @@ def unpack(layout, word):
     return {name: (word >> offset) & ((1 << width) - 1) for name, offset, width in layout_fields(layout)}
 
 
-def read_events(path):
-    """Read a JSONL trace into a list of events, checking each has exactly one of ``ctl`` or ``item``."""
-    events = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{number}: not JSON: {exc}") from None
-            if not isinstance(event, dict) or ("ctl" in event) == ("item" in event):
-                raise TraceError(f"{path}:{number}: an event has exactly one of 'ctl' or 'item'")
-            events.append(event)
+def read_events(path, *, allow_empty=False):
+    """Read a JSONL trace into a list of events.
+
+    Each event has exactly one of ``ctl`` or ``item``, whose value is an object of integer fields; anything else
+    raises :class:`TraceError` naming the file and line, as does a file with no events (empty, or only comments)
+    unless ``allow_empty``."""
+    events = Events(path)
+    try:
+        with open(path) as f:
+            lines = list(f)
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not a JSON Lines text file") from None
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{path}:{number}: not JSON: {exc}") from None
+        if not isinstance(event, dict) or ("ctl" in event) == ("item" in event):
+            raise TraceError(f"{path}:{number}: an event has exactly one of 'ctl' or 'item'")
+        kind = "ctl" if "ctl" in event else "item"
+        body = event[kind]
+        if not isinstance(body, dict):
+            raise TraceError(f"{path}:{number}: '{kind}' takes an object of fields, not {json.dumps(body)}")
+        for name, value in body.items():
+            if not is_integer(value):
+                raise TraceError(f"{path}:{number}: {kind} field {name}={json.dumps(value)} is not an integer")
+        events.append(event)
+        events.lines.append(number)
+    if not events and not allow_empty:
+        raise TraceError(f"{path}: no events (the file is empty)")
     return events
 
 

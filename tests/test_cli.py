@@ -74,3 +74,95 @@ def test_bench_measures_one_item_per_clock(tmp_path, capsys):
     results = json.loads((tmp_path / "bench.json").read_text())
     assert results[0]["scenario"] == "back-to-back data" and results[0]["items_per_clock"] == 1.0
     assert "| `themis-s` | back-to-back data |" in capsys.readouterr().out
+
+
+# --- bad input: one line on stderr naming the problem, exit status 2, no traceback, no hang -----------------------
+
+def _bad_inputs(tmp):
+    """(arguments, text the one-line message must contain) for every bad input users have met."""
+    good = tmp / "good.jsonl"
+    good.write_text('{"item": {"kind": 1, "qp": 1, "psn": 5}}\n')
+    files = {
+        "float.jsonl": '{"item": {"kind": 1, "psn": 7.9}}\n',
+        "bool.jsonl": '{"item": {"kind": true}}\n',
+        "null.jsonl": '{"ctl": {"table": 0, "index": null}}\n',
+        "ctl5.jsonl": '{"ctl": 5}\n',
+        "empty.jsonl": "",
+        "cut.jsonl": '{"item": {"kind": 1}}\n{"item": {"ki',
+        "binary.jsonl": b"\xff\xfe\x00\x81",
+        "empty.pcap": b"",
+        "text.pcap": "not a capture file at all, only text\n",
+        "badctl.jsonl": '{"ctl": {"table": 0, "index": 16777216, "data": 0}}\n',
+        "negctl.jsonl": '{"ctl": {"table": 0, "index": -1, "data": 0}}\n',
+        "itemctl.jsonl": '{"item": {"kind": 1}}\n',
+    }
+    for name, text in files.items():
+        (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    from lbpipe.trace import write_pcap
+    write_pcap(tmp / "two.pcap", [bytes(100), bytes(80)])
+    whole = (tmp / "two.pcap").read_bytes()
+    (tmp / "cut.pcap").write_bytes(whole[:-30])
+    (tmp / "cuthdr.pcap").write_bytes(whole[:-90])
+    t = str(tmp)
+    return [
+        (["replay", "themis-d", f"{t}/float.jsonl"], "float.jsonl:1: item field psn=7.9 is not an integer"),
+        (["replay", "themis-d", f"{t}/bool.jsonl"], "bool.jsonl:1: item field kind=true is not an integer"),
+        (["replay", "themis-d", f"{t}/null.jsonl"], "null.jsonl:1: ctl field index=null is not an integer"),
+        (["replay", "themis-d", f"{t}/ctl5.jsonl"], "ctl5.jsonl:1: 'ctl' takes an object of fields, not 5"),
+        (["replay", "themis-d", f"{t}/empty.jsonl"], "empty.jsonl: no events"),
+        (["replay", "themis-d", f"{t}/cut.jsonl"], "cut.jsonl:2: not JSON"),
+        (["replay", "themis-d", f"{t}/binary.jsonl"], "binary.jsonl: not a JSON Lines text file"),
+        (["replay", "themis-d", f"{t}/missing.jsonl"], "missing.jsonl: No such file or directory"),
+        (["replay", "themis-s-wire", f"{t}/missing.pcap", "-o", f"{t}/o.pcap"], "No such file or directory"),
+        (["replay", "themis-s-wire", f"{t}/empty.pcap", "-o", f"{t}/o.pcap"], "empty.pcap: not a pcap file"),
+        (["replay", "themis-s-wire", f"{t}/text.pcap", "-o", f"{t}/o.pcap"], "text.pcap: not a pcap file"),
+        (["replay", "themis-s-wire", f"{t}/cut.pcap", "-o", f"{t}/o.pcap"], "cut.pcap: frame 2 is cut"),
+        (["replay", "themis-s-wire", f"{t}/cuthdr.pcap", "-o", f"{t}/o.pcap"], "not a whole record"),
+        (["replay", "themis-s-wire", f"{t}/two.pcap", "--ctl", f"{t}/missing.jsonl", "-o", f"{t}/o.pcap"],
+         "missing.jsonl: No such file or directory"),
+        (["replay", "themis-s-wire", f"{t}/two.pcap", "--ctl", f"{t}/badctl.jsonl", "-o", f"{t}/o.pcap"],
+         "badctl.jsonl:1: field index=16777216 does not fit in 24 bits"),
+        (["replay", "themis-s-wire", f"{t}/two.pcap", "--ctl", f"{t}/negctl.jsonl", "-o", f"{t}/o.pcap",
+          "--engine", "rtl"], "negctl.jsonl:1: field index=-1 does not fit in 24 bits"),
+        (["replay", "themis-s-wire", f"{t}/two.pcap", "--ctl", f"{t}/itemctl.jsonl", "-o", f"{t}/o.pcap"],
+         "itemctl.jsonl:1: a control file holds only"),
+        (["replay", "themis-d", str(good), "--engine", "rtl", "--idle", "1.0"], "--idle is a probability"),
+        (["replay", "themis-d", str(good), "--engine", "rtl", "--backpressure", "1.0"],
+         "--backpressure is a probability"),
+        (["replay", "themis-d", str(good), "--backpressure", "-0.1"], "--backpressure is a probability"),
+        (["replay", "parser", str(good)], "parser has no replay"),
+        (["verilog", "qp-classifier", "--param", "ipv6=maybe", "-o", f"{t}/v"], "ipv6 takes true or false"),
+        (["verilog", "themis-d", "--param", "n_qps=0", "-o", f"{t}/never"], "themis-d: "),
+        (["trace", "themis-s", "--param", "n_paths=-1", "-o", f"{t}/t.jsonl"], "themis-s: "),
+        (["trace", "themis-d", "--param", "n_qps=0", "-o", f"{t}/t.jsonl"], "themis-d: "),
+        (["trace", "themis-d", "-n", "-5", "-o", f"{t}/t.jsonl"], "-n takes a positive number of items, not -5"),
+        (["trace", "parser", "-o", f"{t}/t.jsonl"], "no random trace generator for parser"),
+        (["trace", "themis-d", "-o", t], "is a directory"),
+        (["bench", "themis-d", "--param", "n_qps=0"], "themis-d: "),
+        (["bench", "parser"], "parser has no benchmarks"),
+        (["synth", "nope"], "unknown block 'nope'"),
+        (["verilog", "all", "--param", "n_qps=4", "-o", f"{t}/v"], "--param applies to one block"),
+    ]
+
+
+def test_bad_input_table(tmp_path):
+    """Every bad input in one table, each run as a user runs it (a new process): a one-line message naming the
+    problem, exit status 2, no traceback, within a time limit, and nothing written for a refused command."""
+    import subprocess
+    import sys
+    for args, text in _bad_inputs(tmp_path):
+        run = subprocess.run([sys.executable, "-m", "lbpipe.cli", *args], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+        where = f"lbpipe {' '.join(args)}"
+        assert run.returncode == 2, f"{where}: exit {run.returncode}\n{run.stderr[-2000:]}"
+        lines = [line for line in run.stderr.splitlines() if line.startswith("lbpipe: ")]
+        assert len(lines) == 1 and "Traceback" not in run.stderr, f"{where}:\n{run.stderr[-2000:]}"
+        assert text in lines[0], f"{where}: {lines[0]!r} lacks {text!r}"
+    assert not (tmp_path / "never").exists() and not (tmp_path / "v").exists()
+
+
+def test_bad_input_table_can_fail(tmp_path):
+    """The table's checker catches a command that succeeds: a good trace replays with exit status 0."""
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"item": {"kind": 1, "qp": 1, "psn": 5}}\n')
+    assert main(["replay", "themis-d", str(good), "-o", str(tmp_path / "out.jsonl")]) == 0

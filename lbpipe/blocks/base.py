@@ -18,7 +18,11 @@ class Param:
     def parse(self, text):
         """Convert a command-line string to this parameter's type."""
         if isinstance(self.default, bool):
-            value = text.lower() in ("1", "true", "yes", "on")
+            words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+                     "off": False}
+            if text.lower() not in words:
+                raise ValueError(f"parameter {self.name} takes true or false, not {text!r}")
+            value = words[text.lower()]
         elif isinstance(self.default, int):
             try:
                 value = int(text, 0)
@@ -91,6 +95,31 @@ class Block:
                 members["o"].signature.members["payload"].shape,
                 members["ctl"].signature.members["payload"].shape,
                 component)
+
+    def check(self, params):
+        """Build the block with ``params`` to run its parameter checks; raises ``ValueError`` (or ``TypeError``,
+        turned into ``ValueError``) naming the block when they fail, before anything is written."""
+        try:
+            component = self.build(**params)
+        except TypeError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
+        component._MustUse__silence = True
+        return component
+
+    @property
+    def commands(self):
+        """The ``lbpipe`` commands this block supports."""
+        out = ["verilog", "synth"]
+        from lbpipe.bench import BENCHES, PACKET_BENCHES
+        if self.name in BENCHES or self.name in PACKET_BENCHES:
+            out.append("bench")
+        if self.trace is not None or self.pcap_trace is not None:
+            out.append("trace")
+        if self.is_meta or self.golden is not None:
+            out.append("replay")
+        return out
 
     def defaults(self):
         return {p.name: p.default for p in self.params}
