@@ -1,0 +1,57 @@
+"""The datasheets' timing figures, pinned: a change of latency or logic depth must change the datasheet on purpose.
+
+The numbers below are transcribed from the datasheets (docs/themis.md, docs/packet_io.md, docs/qp_classifier.md),
+not read from the RTL. The cocotb harness measures every unthrottled run's latency against the block's ``latency``
+attribute, so pinning that attribute here pins what the simulation measures to the datasheet.
+"""
+
+import os
+
+import pytest
+
+from lbpipe.blocks import BLOCKS
+
+#: Latency in cycles, as each datasheet states it.
+DATASHEET_LATENCY = {
+    "themis-s": 4,          # docs/themis.md: "4 cycles"
+    "themis-d": 5,          # docs/themis.md: "5 cycles"
+    "qp-classifier": 6,     # docs/qp_classifier.md: "latency 6"
+    "parser": 7,            # docs/packet_io.md: "7 cycles after the frame's last beat"
+    "deparser": 27,         # docs/packet_io.md: "27 cycles from a frame's action to its first beat out"
+    "compensator": 1,       # docs/packet_io.md: "1 cycle from the frame buffer to m_axis"
+    "laps-editor": 8,       # docs/packet_io.md: "8 stages from the frame buffer to m_axis"
+    "themis-d-wire": 20,    # docs/packet_io.md: "20 cycles from a data frame's last beat to its first beat out"
+}
+
+#: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
+DATASHEET_LEVELS = {
+    "themis-s": 4, "themis-d": 7, "qp-classifier": 6, "parser": 5, "deparser": 6, "compensator": 5,
+    "laps-editor": 10, "themis-s-wire": 6, "themis-d-wire": 7,
+}
+
+
+def test_every_block_has_pinned_figures():
+    assert set(DATASHEET_LEVELS) == set(BLOCKS)
+    assert set(DATASHEET_LATENCY) <= set(BLOCKS)
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET_LATENCY))
+def test_latency_is_the_datasheets(name):
+    block = BLOCKS[name]
+    component = block.check(block.defaults())
+    assert component.latency == DATASHEET_LATENCY[name], (
+        f"{name}: latency {component.latency}, the datasheet says {DATASHEET_LATENCY[name]}: change both")
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("name", sorted(DATASHEET_LEVELS))
+def test_logic_levels_are_the_datasheets(name, tmp_path):
+    """Synthesis at the defaults (minutes for the larger blocks: the regression profile runs it)."""
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from lbpipe.synth import synthesize
+    block = BLOCKS[name]
+    report = synthesize(block.build(**block.defaults()), name=name.replace("-", "_"), workdir=tmp_path / name,
+                        nolutram=block.synth_nolutram)
+    assert report["logic_levels"] == DATASHEET_LEVELS[name], (
+        f"{name}: {report['logic_levels']} levels, the datasheet says {DATASHEET_LEVELS[name]}: "
+        f"{report.get('critical_path')}")
