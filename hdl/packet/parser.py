@@ -81,9 +81,14 @@ pipeline advances together, whenever ``meta`` can take an item):
 5. The RoCEv2 and LAPS decisions, ``kind``, masking; the flow hash's partial XORs (CRC-16 over up to 35 bytes is
    linear over GF(2): XOR trees in chunks of 36 inputs).
 6. The flow hash; the output register.
+
+Each stage is a method of :class:`Parser` (``_window_stage``, ``_ethernet_stage``, ``_ip_stage``,
+``_l4_slice_stage``, ``_l4_fields_stage``, ``_decision_stage``, ``_flow_hash_stage``): stage *k* registers
+``p{k+1}``, the input of stage *k+1* (``p1`` to ``p6``), and stage 6 the ``meta`` output.
 """
 
 import binascii
+from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
@@ -338,6 +343,31 @@ def _crc16_columns():
     return v6, v4, binascii.crc_hqx(bytes(35), 0xFFFF), binascii.crc_hqx(bytes(11), 0xFFFF)
 
 
+def _flow_hash_parts(src, dst, dqpn):
+    """The flow hash's XOR terms, per output bit: ``(shared, only6, only4)``, each a list of chunk XORs
+    (:func:`_xor_chunks`) of the input bits in that bit's columns (:func:`_crc16_columns`): ``shared`` those both
+    families use (``dqpn``, and the address bits above 32, which IPv4 leaves 0), ``only6``/``only4`` the low 32
+    address bits at IPv6's and at IPv4's positions. ``src``, ``dst`` (128 bits) and ``dqpn`` are values.
+    """
+    v6_cols, v4_cols, _, _ = _crc16_columns()
+    inputs = {"src": src, "dst": dst, "dqpn": dqpn}
+    hash_parts = []
+    for bit in range(16):
+        shared, only6, only4 = [], [], []
+        for (field, b), col in v6_cols.items():
+            if not col >> bit & 1:
+                continue
+            if field == "dqpn" or b >= 32:
+                shared.append(inputs[field][b])     # IPv4 leaves the high address bits 0
+            else:
+                only6.append(inputs[field][b])
+        for (field, b), col in v4_cols.items():
+            if field != "dqpn" and col >> bit & 1:
+                only4.append(inputs[field][b])
+        hash_parts.append(tuple(_xor_chunks(bits) for bits in (shared, only6, only4)))
+    return hash_parts
+
+
 class Parser(wiring.Component):
     """Ethernet / [1-2 tags] / IPv4 or IPv6 / UDP / RoCEv2 or LAPS parser on a 512-bit AXI4-Stream.
 
@@ -391,10 +421,37 @@ class Parser(wiring.Component):
         return self._laps_port
 
     def elaborate(self, platform):
-        m = Module()
-        s, o, meta = self.s_axis, self.m_axis, self.meta
+        """The pipeline of the module docstring: the ``m_axis`` register beside the metadata stages 0 to 6, one
+        method each: stage *k* registers ``p{k+1}``, the input of stage *k+1*, and stage 6 ``meta``::
 
-        # -- flow control ----------------------------------------------------------------------------------------
+            s_axis --> m_axis register -------------------------------------------------------------------> m_axis
+               '--> 0 window -p1-> 1 Ethernet -p2-> 2 IP header -p3-> 3 L4 slice -p4-> 4 L4 fields -p5->
+                    5 decisions -p6-> 6 flow hash --> meta
+
+        Every metadata stage advances whenever ``meta`` can take an item (``men``).
+        """
+        m = Module()
+        men, take = self._flow_control(m)
+        p1 = self._window_stage(m, men, take)
+        p2 = self._ethernet_stage(m, men, p1)
+        p3 = self._ip_stage(m, men, p2)
+        p4 = self._l4_slice_stage(m, men, p3)
+        p5 = self._l4_fields_stage(m, men, p4)
+        p6 = self._decision_stage(m, men, p5)
+        self._flow_hash_stage(m, men, p6)
+        return m
+
+    def _flow_control(self, m):
+        """Flow control and the ``m_axis`` register: ``m_axis`` is ``s_axis`` one register stage later.
+
+        Returns
+        -------
+        men : Signal
+            The metadata pipeline advances (all of its stages together): ``meta`` can take an item.
+        take : Signal
+            ``s_axis`` transfers a beat.
+        """
+        s, o, meta = self.s_axis, self.m_axis, self.meta
         adv = Signal()      # the m_axis register can take a beat
         men = Signal()      # the metadata pipeline advances (all of its stages together)
         take = Signal()     # s_axis transfers a beat
@@ -412,8 +469,17 @@ class Parser(wiring.Component):
                 o.tlast.eq(s.tlast),
                 o.tuser.eq(s.tuser),
             ]
+        return men, take
 
-        # -- stage 0: window, length, tag -------------------------------------------------------------------------
+    def _window_stage(self, m, men, take):
+        """Stage 0, on ``s_axis``: the header window, the frame length, the EtherType compares, the tag.
+
+        Registers, per beat: the frame's position (first, second beat), its beat count, the tag, bytes 0-63 and
+        64-117 of the window and the EtherType compares of the first beat. Registers ``p1`` (valid at ``tlast``):
+        the window (the current beat substituted), the frame length from the beat count and ``tkeep``, the
+        EtherType compares, "shorter than 14, 18, 22, 64 bytes", the tag. One cycle of ``latency``.
+        """
+        s = self.s_axis
         first = Signal(init=1)                      # the next beat is a frame's first
         second = Signal()                           # the next beat is a frame's second
         beats = Signal(range(MAX_BEATS))            # beats of the frame before the next one, saturating
@@ -469,9 +535,17 @@ class Parser(wiring.Component):
                 p1_below.eq(Cat(*[first & ~keep[k - 1] for k in (14, 18, 22, 64)])),
                 p1_tag.eq(tag),
             ]
+        return SimpleNamespace(valid=p1_valid, win=p1_win, n=p1_n, eth=p1_eth, below=p1_below, tag=p1_tag)
 
-        # -- stage 1: Ethernet, tags; realign the window to the IP header ---------------------------------------
-        win, n, eth, below = p1_win, p1_n, p1_eth, p1_below
+    def _ethernet_stage(self, m, men, p1):
+        """Stage 1, Ethernet: tags, the EtherType, cuts in the Ethernet header or a tag; the window realigned to the
+        IP header (a 3-way choice: offset 14, 18 or 22).
+
+        Registers ``p2``: the IP-aligned window, the IPv4/IPv6 selection, the tag choice, the L2 cut, whether the
+        fixed IP header fits, the base of the IP packet's end, and the fields common to every item (tag, frame
+        length, short, tags found). One cycle of ``latency``.
+        """
+        win, n, eth, below = p1.win, p1.n, p1.eth, p1.below
         t1 = Signal()
         t2 = Signal()
         trunc_l2 = Signal()
@@ -494,7 +568,7 @@ class Parser(wiring.Component):
                            reset_less=True)
         with m.If(men):
             m.d.sync += [
-                p2_valid.eq(p1_valid),
+                p2_valid.eq(p1.valid),
                 p2_l3.eq(Mux(t2, _window(win, 22, _L3_BYTES),
                              Mux(t1, _window(win, 18, _L3_BYTES), _window(win, 14, _L3_BYTES)))),
                 p2_n.eq(n),
@@ -509,19 +583,28 @@ class Parser(wiring.Component):
                 # IPv6 (whose payload length leaves out the 40-byte header).
                 p2_ip_base.eq(Mux(t2, 22, Mux(t1, 18, 14)) +
                               Mux(Mux(t2, eth.ipv6[2], Mux(t1, eth.ipv6[1], eth.ipv6[0])), 40, 0)),
-                p2_common.tag.eq(p1_tag),
+                p2_common.tag.eq(p1.tag),
                 p2_common.frame_len.eq(Mux(n[16], 0xFFFF, n[:16])),
                 p2_common.short.eq(below.b64),
                 p2_common.vlans.eq(Mux(t2 & ~below.b22, 2, Mux(t1 & ~below.b18, 1, 0))),
             ]
+        return SimpleNamespace(valid=p2_valid, l3=p2_l3, n=p2_n, sel4=p2_sel4, sel6=p2_sel6, l3sel=p2_l3sel,
+                               trunc=p2_trunc, fits=p2_fits, ip_base=p2_ip_base, common=p2_common)
 
-        # -- stage 2: IP header -------------------------------------------------------------------------------------
-        l3w, n, l3sel = p2_l3, p2_n, p2_l3sel
-        sel4, sel6 = p2_sel4, p2_sel6
+    def _ip_stage(self, m, men, p2):
+        """Stage 2, the IP header: version, IHL, addresses, the end of the IP packet and its payload length (one
+        adder each), the L4 offsets (lookups on IHL, family and tag count), the L4 position.
+
+        Registers ``p3``: the window from the earliest L4 offset on and the L4 position in it, the IPv4 and IPv6
+        header checks so far, the IP packet's end and payload length, the L4, UDP-end and ``l4 - 4`` offsets, the
+        fragment bits, "the next header is UDP", the addresses. One cycle of ``latency``.
+        """
+        l3w, n, l3sel = p2.l3, p2.n, p2.l3sel
+        sel4, sel6 = p2.sel4, p2.sel6
         version, ihl = _byte(l3w, 0)[4:], _byte(l3w, 0)[:4]
         total = _be(l3w, 2, 2)
         plen = _be(l3w, 4, 2)
-        fits_20, fits_40 = p2_fits.v4, p2_fits.v6
+        fits_20, fits_40 = p2.fits.v4, p2.fits.v6
         hdr_words = Signal(4)
         m.d.comb += hdr_words.eq(Mux(sel6, 10, ihl))
         # Offsets as lookups on (IHL, family, tag count) rather than chains of small adders.
@@ -552,21 +635,21 @@ class Parser(wiring.Component):
         p3_to_udp = Signal(reset_less=True)
         p3_src = Signal(128, reset_less=True)
         p3_dst = Signal(128, reset_less=True)
-        p3_common = Signal.like(p2_common)
+        p3_common = Signal.like(p2.common)
         with m.If(men):
             m.d.sync += [
-                p3_valid.eq(p2_valid),
+                p3_valid.eq(p2.valid),
                 p3_l4win.eq(l3w[8 * 4 * _L4_FIRST_WORD:]),
                 p3_pos.eq(hdr_words - _L4_FIRST_WORD),
                 p3_n.eq(n),
                 p3_v4_pre.eq(sel4 & fits_20 & (version == 4) & (ihl >= 5)),
                 p3_ipv6.eq(sel6 & fits_40 & (version == 6)),
-                p3_trunc.eq(p2_trunc | (sel4 & ~fits_20) | (sel6 & ~fits_40)),
+                p3_trunc.eq(p2.trunc | (sel4 & ~fits_20) | (sel6 & ~fits_40)),
                 p3_l3sel.eq(l3sel),
                 p3_l4.eq(l4),
                 p3_udp_end.eq(udp_end),
                 # One adder each, on operands chosen by family: IPv4 total length, IPv6 payload length + 40.
-                p3_ip_end.eq(Mux(sel6, plen, total) + p2_ip_base),
+                p3_ip_end.eq(Mux(sel6, plen, total) + p2.ip_base),
                 p3_ip_pl.eq((Mux(sel6, plen, total) - Mux(sel6, 0, 4 * ihl)).as_signed()),
                 p3_l4m4.eq(l4m4),
                 p3_frag_bits.eq(_be(l3w, 6, 2)[:14].any()),
@@ -574,22 +657,34 @@ class Parser(wiring.Component):
                                  (_byte(l3w, 9) == IP_UDP) & ~_be(l3w, 6, 2)[:14].any())),
                 p3_src.eq(Mux(sel6, _be(l3w, 8, 16), _be(l3w, 12, 4))),
                 p3_dst.eq(Mux(sel6, _be(l3w, 24, 16), _be(l3w, 16, 4))),
-                p3_common.eq(p2_common),
+                p3_common.eq(p2.common),
             ]
+        return SimpleNamespace(valid=p3_valid, l4win=p3_l4win, pos=p3_pos, n=p3_n, v4_pre=p3_v4_pre, ipv6=p3_ipv6,
+                               trunc=p3_trunc, l3sel=p3_l3sel, l4=p3_l4, udp_end=p3_udp_end, ip_end=p3_ip_end,
+                               ip_pl=p3_ip_pl, l4m4=p3_l4m4, frag_bits=p3_frag_bits, to_udp=p3_to_udp, src=p3_src,
+                               dst=p3_dst, common=p3_common)
 
-        # -- stage 3: lengths against the frame, UDP selection, the L4 slice ----------------------------------------
-        n = p3_n
+    def _l4_slice_stage(self, m, men, p3):
+        """Stage 3, lengths and the L4 slice: the IP header, the UDP header and the IP packet against the frame
+        length; fragments; UDP selection; the L4 slice of 36 bytes, UDP then BTH and AETH or LAPS (an 11-way
+        choice).
+
+        Registers ``p4``: the L4 slice, the header flags (``ipv4``, ``ipv6``, ``frag``, ``udp``, ``truncated`` so
+        far), "the IP packet ends past the frame", the offsets, the IP payload length, the addresses. One cycle of
+        ``latency``.
+        """
+        n = p3.n
         ipv4 = Signal()
         frag = Signal()
         m.d.comb += [
-            ipv4.eq(p3_v4_pre & (n >= p3_l4)),
-            frag.eq(ipv4 & p3_frag_bits),
+            ipv4.eq(p3.v4_pre & (n >= p3.l4)),
+            frag.eq(ipv4 & p3.frag_bits),
         ]
         l4_slice = Signal(8 * _L4_BYTES)
-        with m.Switch(p3_pos):
+        with m.Switch(p3.pos):
             for k in range(_L4_POSITIONS):
                 with m.Case(k):
-                    m.d.comb += l4_slice.eq(_window(p3_l4win, 4 * k, _L4_BYTES))
+                    m.d.comb += l4_slice.eq(_window(p3.l4win, 4 * k, _L4_BYTES))
             with m.Default():
                 m.d.comb += l4_slice.eq(0)   # IHL below 5: not IPv4, the slice is never used
 
@@ -605,32 +700,43 @@ class Parser(wiring.Component):
         p4_ip_pl = Signal(16, reset_less=True)
         p4_src = Signal(128, reset_less=True)
         p4_dst = Signal(128, reset_less=True)
-        p4_common = Signal.like(p2_common)
+        p4_common = Signal.like(p3.common)
         with m.If(men):
             m.d.sync += [
-                p4_valid.eq(p3_valid),
+                p4_valid.eq(p3.valid),
                 p4_l4hdr.eq(l4_slice),
                 p4_flags.ipv4.eq(ipv4),
-                p4_flags.ipv6.eq(p3_ipv6),
+                p4_flags.ipv6.eq(p3.ipv6),
                 p4_flags.frag.eq(frag),
-                # The UDP header's end is past the IP header's, so its compare implies ``n >= p3_l4``.
-                p4_flags.udp.eq((p3_v4_pre | p3_ipv6) & p3_to_udp & (p3_ip_pl >= 8) & (n >= p3_udp_end)),
+                # The UDP header's end is past the IP header's, so its compare implies ``n >= p3.l4``.
+                p4_flags.udp.eq((p3.v4_pre | p3.ipv6) & p3.to_udp & (p3.ip_pl >= 8) & (n >= p3.udp_end)),
                 # Cut inside a header so far; a cut IP packet is added in the next stage (the compare is deep).
-                p4_flags.truncated.eq(p3_trunc | (p3_v4_pre & (n < p3_l4))),
-                p4_ip_cut.eq(p3_ip_end > n),
-                p4_l4m4.eq(p3_l4m4),
-                p4_l3sel.eq(p3_l3sel),
-                p4_l4.eq(p3_l4),
-                p4_udp_end.eq(p3_udp_end),
+                p4_flags.truncated.eq(p3.trunc | (p3.v4_pre & (n < p3.l4))),
+                p4_ip_cut.eq(p3.ip_end > n),
+                p4_l4m4.eq(p3.l4m4),
+                p4_l3sel.eq(p3.l3sel),
+                p4_l4.eq(p3.l4),
+                p4_udp_end.eq(p3.udp_end),
                 # With udp set the IP payload is 8 to 65,535 bytes; otherwise it is never used.
-                p4_ip_pl.eq(p3_ip_pl[:16]),
-                p4_src.eq(p3_src),
-                p4_dst.eq(p3_dst),
-                p4_common.eq(p3_common),
+                p4_ip_pl.eq(p3.ip_pl[:16]),
+                p4_src.eq(p3.src),
+                p4_dst.eq(p3.dst),
+                p4_common.eq(p3.common),
             ]
+        return SimpleNamespace(valid=p4_valid, l4hdr=p4_l4hdr, flags=p4_flags, ip_cut=p4_ip_cut, l4m4=p4_l4m4,
+                               l3sel=p4_l3sel, l4=p4_l4, udp_end=p4_udp_end, ip_pl=p4_ip_pl, src=p4_src,
+                               dst=p4_dst, common=p4_common)
 
-        # -- stage 4: UDP, BTH and AETH fields; the opcode table ----------------------------------------------------
-        hdr = p4_l4hdr
+    def _l4_fields_stage(self, m, men, p4):
+        """Stage 4, the L4 fields: UDP, BTH, AETH and LAPS fields; the opcode table (extension headers,
+        RETH/ImmDt/AETH, DATA) and the kind a RoCEv2 frame would have; the two port compares; the UDP length against
+        the IP payload, against each extension-header length and against each LAPS header length (0 to 4 anchors);
+        anchors beyond the count cleared; ``icrc_off``; ``truncated`` completed.
+
+        Registers ``p5``: those fields and compares (``p5.fields``), the header flags, the addresses, the common
+        fields. One cycle of ``latency``.
+        """
+        hdr = p4.l4hdr
         udp_len = _be(hdr, 4, 2)
         opcode = _byte(hdr, 8)
         tver = _byte(hdr, 9)[:4]
@@ -666,13 +772,13 @@ class Parser(wiring.Component):
             "laps_port_ok": 1, "laps_fits": LAPS_MAX_ANCHORS + 1, "laps_flags": 8, "laps_sr_idx": 8,
             "laps_pid": 16, "laps_time": 48, "laps_anchors": LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS,
         }), reset_less=True)
-        p5_flags = Signal.like(p4_flags)
+        p5_flags = Signal.like(p4.flags)
         p5_src = Signal(128, reset_less=True)
         p5_dst = Signal(128, reset_less=True)
-        p5_common = Signal.like(p2_common)
+        p5_common = Signal.like(p4.common)
         with m.If(men):
             m.d.sync += [
-                p5_valid.eq(p4_valid),
+                p5_valid.eq(p4.valid),
                 p5.udp_sport.eq(_be(hdr, 0, 2)),
                 p5.udp_dport.eq(_be(hdr, 2, 2)),
                 p5.udp_len.eq(udp_len),
@@ -689,14 +795,14 @@ class Parser(wiring.Component):
                 p5.reth.eq(op.reth),
                 p5.immdt.eq(op.immdt),
                 p5.port_ok.eq(_be(hdr, 2, 2) == ROCE_PORT),
-                p5.len_ok.eq(udp_len <= p4_ip_pl),
+                p5.len_ok.eq(udp_len <= p4.ip_pl),
                 # The UDP length against BTH, extension headers and ICRC for each header length an opcode can
                 # have, chosen by the opcode in the next stage: a table lookup then a compare is too deep.
                 p5.len_fits.eq(Cat(*[udp_len >= 8 + 12 + 4 * words + 4 for words in _EXT_CHOICES])),
-                p5.icrc_off.eq(p4_l4m4 + udp_len),
-                p5.bth_off.eq(p4_udp_end),
-                p5.l4.eq(p4_l4),
-                p5.l3sel.eq(p4_l3sel),
+                p5.icrc_off.eq(p4.l4m4 + udp_len),
+                p5.bth_off.eq(p4.udp_end),
+                p5.l4.eq(p4.l4),
+                p5.l3sel.eq(p4.l3sel),
                 p5.laps_port_ok.eq(_be(hdr, 2, 2) == self._laps_port),
                 # The UDP length against each LAPS header length (0 to 4 anchors), chosen by the count in the
                 # next stage, as len_fits is by the opcode.
@@ -707,58 +813,50 @@ class Parser(wiring.Component):
                 p5.laps_pid.eq(_be(laps_hdr, 2, 2)),
                 p5.laps_time.eq(_be(laps_hdr, 4, 6)),
                 p5.laps_anchors.eq(laps_anchors),
-                p5_flags.eq(p4_flags),
-                p5_flags.truncated.eq(p4_flags.truncated |
-                                      ((p4_flags.ipv4 | p4_flags.ipv6) & p4_ip_cut)),
-                p5_src.eq(p4_src),
-                p5_dst.eq(p4_dst),
-                p5_common.eq(p4_common),
+                p5_flags.eq(p4.flags),
+                p5_flags.truncated.eq(p4.flags.truncated |
+                                      ((p4.flags.ipv4 | p4.flags.ipv6) & p4.ip_cut)),
+                p5_src.eq(p4.src),
+                p5_dst.eq(p4.dst),
+                p5_common.eq(p4.common),
             ]
+        return SimpleNamespace(valid=p5_valid, fields=p5, flags=p5_flags, src=p5_src, dst=p5_dst, common=p5_common)
 
-        # -- stage 5: RoCEv2 decision, kind, masking; flow-hash partial sums ---------------------------------------
+    def _decision_stage(self, m, men, p5):
+        """Stage 5, the decisions: RoCEv2 and LAPS, ``kind``, every field masked by the flag of its header; the flow
+        hash's partial XORs (CRC-16 over up to 35 bytes is linear over GF(2): XOR trees in chunks of 36 inputs).
+
+        Registers ``p6``: the item but for ``flow_hash`` (``p6.item``), "IPv6", and per hash bit the chunk XORs
+        shared by both families and those of IPv6 and IPv4 alone (``p6.hash_parts``). One cycle of ``latency``.
+        """
+        f, flags = p5.fields, p5.flags
         roce = Signal()
         ip_found = Signal()
         ext_fits = Signal()
-        with m.Switch(p5.ext_words):
+        with m.Switch(f.ext_words):
             for index, words in enumerate(_EXT_CHOICES):
                 with m.Case(words):
-                    m.d.comb += ext_fits.eq(p5.len_fits[index])
+                    m.d.comb += ext_fits.eq(f.len_fits[index])
         m.d.comb += [
-            roce.eq(p5_flags.udp & ~p5_flags.truncated & p5.port_ok & p5.len_ok & ext_fits),
-            ip_found.eq(p5_flags.ipv4 | p5_flags.ipv6),
+            roce.eq(flags.udp & ~flags.truncated & f.port_ok & f.len_ok & ext_fits),
+            ip_found.eq(flags.ipv4 | flags.ipv6),
         ]
         # LAPS: the same UDP rules as RoCEv2 make a candidate; its count chooses the UDP length compare, and a
         # count above LAPS_MAX_ANCHORS chooses none (malformed).
         laps_candidate = Signal()
         laps_fits = Signal()
         laps = Signal()
-        with m.Switch(p5.laps_flags[:4]):
+        with m.Switch(f.laps_flags[:4]):
             for k in range(LAPS_MAX_ANCHORS + 1):
                 with m.Case(k):
-                    m.d.comb += laps_fits.eq(p5.laps_fits[k])
+                    m.d.comb += laps_fits.eq(f.laps_fits[k])
         m.d.comb += [
-            laps_candidate.eq(p5_flags.udp & ~p5_flags.truncated & p5.laps_port_ok & p5.len_ok),
+            laps_candidate.eq(flags.udp & ~flags.truncated & f.laps_port_ok & f.len_ok),
             laps.eq(laps_candidate & laps_fits),
         ]
-        aeth = roce & p5.aeth
-        udp = p5_flags.udp
-
-        v6_cols, v4_cols, k6, k4 = _crc16_columns()
-        inputs = {"src": p5_src, "dst": p5_dst, "dqpn": p5.dqpn}
-        hash_parts = []     # per output bit: (shared chunks, IPv6-only chunks, IPv4-only chunks)
-        for bit in range(16):
-            shared, only6, only4 = [], [], []
-            for (field, b), col in v6_cols.items():
-                if not col >> bit & 1:
-                    continue
-                if field == "dqpn" or b >= 32:
-                    shared.append(inputs[field][b])     # IPv4 leaves the high address bits 0
-                else:
-                    only6.append(inputs[field][b])
-            for (field, b), col in v4_cols.items():
-                if field != "dqpn" and col >> bit & 1:
-                    only4.append(inputs[field][b])
-            hash_parts.append(tuple(_xor_chunks(bits) for bits in (shared, only6, only4)))
+        aeth = roce & f.aeth
+        udp = flags.udp
+        hash_parts = _flow_hash_parts(p5.src, p5.dst, f.dqpn)
 
         p6_valid = Signal()
         p6 = Signal(PacketMeta(), reset_less=True)
@@ -768,66 +866,72 @@ class Parser(wiring.Component):
                     for bit, parts in enumerate(hash_parts)]
         with m.If(men):
             m.d.sync += [
-                p6_valid.eq(p5_valid),
-                p6.kind.eq(Mux(roce, p5.kind.as_value(), PacketKind.OTHER.value)),
-                p6.tag.eq(p5_common.tag),
-                p6.frame_len.eq(p5_common.frame_len),
-                p6.short.eq(p5_common.short),
-                p6.truncated.eq(p5_flags.truncated),
-                p6.vlans.eq(p5_common.vlans),
-                p6.ipv4.eq(p5_flags.ipv4),
-                p6.ipv6.eq(p5_flags.ipv6),
-                p6.frag.eq(p5_flags.frag),
+                p6_valid.eq(p5.valid),
+                p6.kind.eq(Mux(roce, f.kind.as_value(), PacketKind.OTHER.value)),
+                p6.tag.eq(p5.common.tag),
+                p6.frame_len.eq(p5.common.frame_len),
+                p6.short.eq(p5.common.short),
+                p6.truncated.eq(flags.truncated),
+                p6.vlans.eq(p5.common.vlans),
+                p6.ipv4.eq(flags.ipv4),
+                p6.ipv6.eq(flags.ipv6),
+                p6.frag.eq(flags.frag),
                 p6.udp.eq(udp),
                 p6.roce.eq(roce),
                 p6.aeth.eq(aeth),
-                p6.reth.eq(roce & p5.reth),
-                p6.immdt.eq(roce & p5.immdt),
-                p6.l3_off.eq(Mux(ip_found, 14 + 4 * p5.l3sel, 0)),
-                p6.l4_off.eq(Mux(ip_found, p5.l4, 0)),
-                p6.bth_off.eq(Mux(roce, p5.bth_off, 0)),
-                p6.icrc_off.eq(Mux(roce, p5.icrc_off, 0)),
-                p6.src_ip.eq(Mux(ip_found, p5_src, 0)),
-                p6.dst_ip.eq(Mux(ip_found, p5_dst, 0)),
-                p6.udp_sport.eq(Mux(udp, p5.udp_sport, 0)),
-                p6.udp_dport.eq(Mux(udp, p5.udp_dport, 0)),
-                p6.udp_len.eq(Mux(udp, p5.udp_len, 0)),
-                p6.udp_csum.eq(Mux(udp, p5.udp_csum, 0)),
-                p6.opcode.eq(Mux(roce, p5.opcode, 0)),
-                p6.dqpn.eq(Mux(roce, p5.dqpn, 0)),
-                p6.psn.eq(Mux(roce, p5.psn, 0)),
-                p6.ackreq.eq(roce & p5.ackreq),
-                p6.syndrome.eq(Mux(aeth, p5.syndrome, 0)),
-                p6.msn.eq(Mux(aeth, p5.msn, 0)),
+                p6.reth.eq(roce & f.reth),
+                p6.immdt.eq(roce & f.immdt),
+                p6.l3_off.eq(Mux(ip_found, 14 + 4 * f.l3sel, 0)),
+                p6.l4_off.eq(Mux(ip_found, f.l4, 0)),
+                p6.bth_off.eq(Mux(roce, f.bth_off, 0)),
+                p6.icrc_off.eq(Mux(roce, f.icrc_off, 0)),
+                p6.src_ip.eq(Mux(ip_found, p5.src, 0)),
+                p6.dst_ip.eq(Mux(ip_found, p5.dst, 0)),
+                p6.udp_sport.eq(Mux(udp, f.udp_sport, 0)),
+                p6.udp_dport.eq(Mux(udp, f.udp_dport, 0)),
+                p6.udp_len.eq(Mux(udp, f.udp_len, 0)),
+                p6.udp_csum.eq(Mux(udp, f.udp_csum, 0)),
+                p6.opcode.eq(Mux(roce, f.opcode, 0)),
+                p6.dqpn.eq(Mux(roce, f.dqpn, 0)),
+                p6.psn.eq(Mux(roce, f.psn, 0)),
+                p6.ackreq.eq(roce & f.ackreq),
+                p6.syndrome.eq(Mux(aeth, f.syndrome, 0)),
+                p6.msn.eq(Mux(aeth, f.msn, 0)),
                 p6.laps.eq(laps),
                 p6.laps_bad.eq(laps_candidate & ~laps_fits),
-                p6.laps_probe.eq(laps & p5.laps_flags[7]),
-                p6.laps_ack.eq(laps & p5.laps_flags[6]),
-                p6.laps_count.eq(Mux(laps, p5.laps_flags[:3], 0)),
-                p6.laps_sr_idx.eq(Mux(laps, p5.laps_sr_idx, 0)),
-                p6.laps_pid.eq(Mux(laps, p5.laps_pid, 0)),
-                p6.laps_time.eq(Mux(laps, p5.laps_time, 0)),
-                p6.laps_anchors.eq(Mux(laps, p5.laps_anchors, 0)),
-                p6.laps_off.eq(Mux(laps, p5.bth_off, 0)),   # the byte after the UDP header, as the BTH's
-                p6_v6.eq(p5_flags.ipv6),
+                p6.laps_probe.eq(laps & f.laps_flags[7]),
+                p6.laps_ack.eq(laps & f.laps_flags[6]),
+                p6.laps_count.eq(Mux(laps, f.laps_flags[:3], 0)),
+                p6.laps_sr_idx.eq(Mux(laps, f.laps_sr_idx, 0)),
+                p6.laps_pid.eq(Mux(laps, f.laps_pid, 0)),
+                p6.laps_time.eq(Mux(laps, f.laps_time, 0)),
+                p6.laps_anchors.eq(Mux(laps, f.laps_anchors, 0)),
+                p6.laps_off.eq(Mux(laps, f.bth_off, 0)),   # the byte after the UDP header, as the BTH's
+                p6_v6.eq(flags.ipv6),
             ]
             for regs, parts in zip(p6_parts, hash_parts):
                 for reg, chunks in zip(regs, parts):
                     if chunks:
                         m.d.sync += reg.eq(Cat(*chunks))
+        return SimpleNamespace(valid=p6_valid, item=p6, v6=p6_v6, hash_parts=p6_parts)
 
-        # -- stage 6: flow hash, output register -------------------------------------------------------------------
+    def _flow_hash_stage(self, m, men, p6):
+        """Stage 6, the flow hash and the output register: per hash bit, the chunk XORs of the frame's family and
+        the shared ones XORed with the family's constant (0 unless ``roce``).
+
+        Registers ``meta`` (``valid`` and the item with its ``flow_hash``). One cycle of ``latency``.
+        """
+        meta = self.meta
+        _, _, k6, k4 = _crc16_columns()
         flow_hash = Signal(16)
-        for bit, (shared, only6, only4) in enumerate(p6_parts):
-            k = Mux(p6_v6, k6 >> bit & 1, k4 >> bit & 1)
-            family = Mux(p6_v6, only6.xor() if len(only6) else 0, only4.xor() if len(only4) else 0)
+        for bit, (shared, only6, only4) in enumerate(p6.hash_parts):
+            k = Mux(p6.v6, k6 >> bit & 1, k4 >> bit & 1)
+            family = Mux(p6.v6, only6.xor() if len(only6) else 0, only4.xor() if len(only4) else 0)
             total_xor = k ^ family ^ (shared.xor() if len(shared) else 0)
-            m.d.comb += flow_hash[bit].eq(p6.roce & total_xor)
+            m.d.comb += flow_hash[bit].eq(p6.item.roce & total_xor)
         with m.If(men):
             m.d.sync += [
-                meta.valid.eq(p6_valid),
-                meta.payload.eq(p6),
+                meta.valid.eq(p6.valid),
+                meta.payload.eq(p6.item),
                 meta.payload.flow_hash.eq(flow_hash),
             ]
-
-        return m
