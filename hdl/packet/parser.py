@@ -97,6 +97,10 @@ from amaranth.lib.wiring import In, Out
 from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import check_int
 from lbpipe.hdl.lib.meta import PSN_BITS, TAG_BITS, PacketKind
+from lbpipe.protocol import (DATA_OPCODES, ETH_IPV4, ETH_IPV6, HEADER_BYTES, IP_UDP, LAPS_ANCHOR_BITS,
+                             LAPS_FIXED_BYTES, LAPS_MAX_ANCHORS, LAPS_PORT, NAK_PSN_SEQUENCE_ERROR, RC_ACKNOWLEDGE,
+                             ROCE_PORT, TPID_INNER, TPID_OUTER, TRANSPORT_RD, transport)
+from lbpipe.protocol import EXT_HEADERS as _ALL_EXT_HEADERS
 
 __all__ = [
     "Parser", "PacketMeta", "meta_fields",
@@ -106,51 +110,19 @@ __all__ = [
     "LAPS_PORT", "LAPS_FIXED_BYTES", "LAPS_MAX_ANCHORS", "LAPS_ANCHOR_BITS", "check_laps_port",
 ]
 
-#: RoCEv2's UDP destination port.
-ROCE_PORT = 4791
-ETH_IPV4 = 0x0800
-ETH_IPV6 = 0x86DD
-#: TPIDs accepted for the outer tag (802.1Q C-tag, 802.1ad S-tag) and the inner one.
-TPID_OUTER = (0x8100, 0x88A8)
-TPID_INNER = 0x8100
-IP_UDP = 17
-RC_ACKNOWLEDGE = 0x11
-NAK_PSN_SEQUENCE_ERROR = 0x60
+# Protocol facts (RoCEv2 opcodes, header lengths, ports, the LAPS header) come from lbpipe.protocol, which
+# tests/test_protocol.py checks against scapy and the InfiniBand opcode list; they are re-exported for the parser's
+# users.
 
-#: Extension headers after the BTH, by opcode (IBA vol. 1, table 38), in order. Unknown opcodes: BTH only.
-EXT_HEADERS = {
-    # RC
-    0x00: (), 0x01: (), 0x02: (), 0x03: ("ImmDt",), 0x04: (), 0x05: ("ImmDt",),
-    0x06: ("RETH",), 0x07: (), 0x08: (), 0x09: ("ImmDt",), 0x0A: ("RETH",), 0x0B: ("RETH", "ImmDt"),
-    0x0C: ("RETH",), 0x0D: ("AETH",), 0x0E: (), 0x0F: ("AETH",), 0x10: ("AETH",), 0x11: ("AETH",),
-    0x12: ("AETH", "AtomicAckETH"), 0x13: ("AtomicETH",), 0x14: ("AtomicETH",), 0x15: ("IETH",), 0x16: ("IETH",),
-    # UC
-    0x20: (), 0x21: (), 0x22: (), 0x23: ("ImmDt",), 0x24: (), 0x25: ("ImmDt",),
-    0x26: ("RETH",), 0x27: (), 0x28: (), 0x29: ("ImmDt",), 0x2A: ("RETH",), 0x2B: ("RETH", "ImmDt"),
-    # UD
-    0x64: ("DETH",), 0x65: ("DETH", "ImmDt"),
-    # CNP: 16 reserved bytes
-    0x81: ("CNP",),
-}
-_HEADER_BYTES = {"RETH": 16, "AETH": 4, "ImmDt": 4, "IETH": 4, "AtomicETH": 28, "AtomicAckETH": 8, "DETH": 8,
-                 "CNP": 16}
+#: Extension headers after the BTH, by opcode, for the opcodes the parser reads: every RoCEv2 opcode but reliable
+#: datagram's (choice: no RoCEv2 NIC implements RD, and its AETH follows an RDETH, not the BTH). RD and unknown
+#: opcodes are parsed as BTH only.
+EXT_HEADERS = {op: headers for op, headers in _ALL_EXT_HEADERS.items() if transport(op) != TRANSPORT_RD}
 #: Length of the extension headers in 4-byte words, by opcode.
-EXT_WORDS = {op: sum(_HEADER_BYTES[h] for h in headers) // 4 for op, headers in EXT_HEADERS.items()}
+EXT_WORDS = {op: sum(HEADER_BYTES[h] for h in headers) // 4 for op, headers in EXT_HEADERS.items()}
 RETH_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "RETH" in headers)
 IMMDT_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "ImmDt" in headers)
 AETH_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "AETH" in headers)
-#: RC requests the responder orders by PSN: SEND (with immediate, with invalidate), RDMA WRITE, RDMA READ request.
-DATA_OPCODES = frozenset(range(0x00, 0x0D)) | {0x15, 0x16}
-
-#: The default UDP destination port of the LAPS shim (``laps_port``): 49573, in the dynamic/private range of
-#: RFC 6335 (49152 to 65535), where no service is registered.
-LAPS_PORT = 0xC1A5
-#: Bytes of the LAPS header before its anchors: flags and count, SR index, ``pid``, ``time``, 2 reserved.
-LAPS_FIXED_BYTES = 12
-#: Anchors a LAPS header may carry (the paper's prototype keeps 4 per PIT entry); a larger count is malformed.
-LAPS_MAX_ANCHORS = 4
-#: Bits of one SR anchor.
-LAPS_ANCHOR_BITS = 32
 _LAPS_MAX_BYTES = LAPS_FIXED_BYTES + LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS // 8
 
 #: Beats counted exactly per frame: lengths are exact up to ``MAX_BEATS * 64`` bytes.
