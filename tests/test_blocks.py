@@ -40,6 +40,15 @@ def test_reset_mid_traffic(name):
     run_rtl(name, params, BLOCKS[name].trace_generator()(5, 400, **params), testcase="reset_mid_traffic", idle=0.2, backpressure=0.3)
 
 
+@pytest.mark.parametrize("name", META)
+def test_reset_state(name):
+    """After a reset the block carries on from its documented post-reset state (no set-up replayed)."""
+    params = BLOCKS[name].test_params[0]
+    for seed in (2, 3):
+        run_rtl(name, params, BLOCKS[name].trace_generator()(seed, 400, **params), testcase="reset_state",
+                seed=seed)
+
+
 @pytest.mark.regression
 @pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("name", META)

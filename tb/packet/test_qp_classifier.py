@@ -27,7 +27,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 
 # The generic tests every registered block runs, defined once in the harness.
-from lbpipe.tb.lib.harness import TB, Scoreboard, reset_mid_traffic, trace  # noqa: F401
+from lbpipe.tb.lib.harness import TB, Scoreboard, reset_mid_traffic, reset_state, trace  # noqa: F401
 from lbpipe.trace import read_events
 
 __all__ = ["stand_in_block"]

@@ -5,4 +5,4 @@ entry points on the outputs these tests produce; this module runs the generic te
 """
 
 # The generic tests every block runs, defined once in the harness.
-from lbpipe.tb.lib.harness import reset_mid_traffic, trace  # noqa: F401
+from lbpipe.tb.lib.harness import reset_mid_traffic, reset_state, trace  # noqa: F401

@@ -3,7 +3,7 @@
 import cocotb
 
 # The generic tests every block runs, defined once in the harness.
-from lbpipe.tb.lib.harness import reset_mid_traffic, run_trace_test, trace  # noqa: F401
+from lbpipe.tb.lib.harness import reset_mid_traffic, reset_state, run_trace_test, trace  # noqa: F401
 
 
 @cocotb.test(expect_fail=True)
