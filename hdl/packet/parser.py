@@ -125,7 +125,8 @@ IMMDT_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "ImmDt" i
 AETH_OPCODES = frozenset(op for op, headers in EXT_HEADERS.items() if "AETH" in headers)
 _LAPS_MAX_BYTES = LAPS_FIXED_BYTES + LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS // 8
 
-#: Beats counted exactly per frame: lengths are exact up to ``MAX_BEATS * 64`` bytes.
+#: Beats counted exactly per frame: lengths are exact up to ``MAX_BEATS * 64`` bytes; a longer frame's length
+#: saturates (``frame_len`` 65,535).
 MAX_BEATS = 1024
 #: Bytes of the frame the parser looks at: 2 tags, IPv4 with 40 bytes of options, UDP, then the longer of BTH and
 #: AETH (16 bytes) and the largest LAPS header (28 bytes).
@@ -456,16 +457,19 @@ class Parser(wiring.Component):
         second = Signal()                           # the next beat is a frame's second
         beats = Signal(range(MAX_BEATS))            # beats of the frame before the next one, saturating
         beats_p1 = Signal(range(MAX_BEATS + 1), init=1)
+        over = Signal()                             # more than MAX_BEATS - 1 beats before the next one
         tag = Signal(TAG_BITS)
         win0 = Signal(8 * _BEAT_BYTES, reset_less=True)
         win1 = Signal(8 * (WINDOW_BYTES - _BEAT_BYTES), reset_less=True)
         with m.If(take):
             with m.If(s.tlast):
-                m.d.sync += [first.eq(1), second.eq(0), beats.eq(0), beats_p1.eq(1), tag.eq(tag + 1)]
+                m.d.sync += [first.eq(1), second.eq(0), beats.eq(0), beats_p1.eq(1), over.eq(0), tag.eq(tag + 1)]
             with m.Else():
                 m.d.sync += [first.eq(0), second.eq(first)]
                 with m.If(beats != MAX_BEATS - 1):
                     m.d.sync += [beats.eq(beats + 1), beats_p1.eq(beats_p1 + 1)]
+                with m.Else():
+                    m.d.sync += over.eq(1)
             with m.If(first):
                 m.d.sync += win0.eq(s.tdata)
             with m.If(second):
@@ -502,7 +506,8 @@ class Parser(wiring.Component):
             m.d.sync += [
                 p1_valid.eq(take & s.tlast),
                 p1_win.eq(Cat(Mux(first, s.tdata, win0), Mux(second, s.tdata[:len(win1)], win1))),
-                p1_n.eq(Cat(count[:6], Mux(count[6], beats_p1, beats))),
+                # Past the beat count's range the length saturates (65,536, which frame_len shows as 65,535).
+                p1_n.eq(Mux(over, 1 << 16, Cat(count[:6], Mux(count[6], beats_p1, beats)))),
                 p1_eth.eq(Mux(first, eth_decode(s.tdata), eth_first)),
                 p1_below.eq(Cat(*[first & ~keep[k - 1] for k in (14, 18, 22, 64)])),
                 p1_tag.eq(tag),

@@ -55,8 +55,8 @@ BTH, an extension header or the payload is flagged by the last rule. A truncated
 
 **Lengths.** ``frame_len`` is the frame's length in bytes, saturating at 65,535. ``short`` is a frame under 64
 bytes (a 60-byte minimum Ethernet frame whose FCS the MAC stripped is short, and is still parsed). The hardware
-counts at most 1,023 full beats before a frame's last one (65,536 bytes); :func:`parse` models that saturation
-(:func:`hw_length`), which no real Ethernet frame reaches.
+counts at most 1,023 full beats before a frame's last one (65,536 bytes) and a longer frame's length saturates;
+:func:`parse` models that (:func:`hw_length`), which no real Ethernet frame reaches.
 
 **flow_hash**: CRC-16/CCITT-FALSE over the source address, the destination address (4 or 16 bytes each) and the
 3-byte destination QPN, as :func:`lbpipe.tb.lib.packets.flow_hash`, for RoCEv2 frames; 0 otherwise.
@@ -90,11 +90,11 @@ __all__ = ["parse", "parse_frames", "hw_length", "flow_hash"]
 
 
 def hw_length(length):
-    """The frame length the hardware measures: exact up to 65,536 bytes (1,023 full beats and a last one)."""
+    """The frame length the hardware measures: exact up to 65,536 bytes (1,023 full beats and a last one), 65,536
+    for any longer frame (``frame_len`` then shows 65,535, its saturation)."""
     if length < 1:
         raise ValueError(f"a frame has at least one byte, not {length}")
-    beats_before = min((length - 1) // 64, MAX_BEATS - 1)
-    return beats_before * 64 + (length - 1) % 64 + 1
+    return min(length, MAX_BEATS * 64)
 
 
 def flow_hash(src, dst, dqpn):

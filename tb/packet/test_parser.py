@@ -14,10 +14,10 @@ frames; the stream rule on ``meta``. Without idle cycles and back-pressure also:
 
 Tests: ``corpus_with_stalls`` (idle cycles on ``s_axis``, back-pressure on ``m_axis`` and ``meta``, in random
 bursts), ``corpus_at_line_rate`` (none: latency and throughput checked too), ``line_rate`` (beats per clock by
-frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, ``tag_wrap`` (65,540 frames; skipped
-unless ``PARSER_TAG_WRAP=1``, which the regression sets), and ``laps_fuzz`` (:func:`laps_frames` with
-``PARSER_LAPS_FUZZ`` mutated frames from seed ``PARSER_LAPS_SEED``, with stalls; skipped unless the regression sets
-them).
+frame size), ``meta_does_not_wait_for_m_axis``, ``reset_mid_traffic``, ``long_frames`` (past the beat
+counter: ``frame_len`` saturates), ``tag_wrap`` (65,540 frames) and ``laps_fuzz`` (:func:`laps_frames` with
+``PARSER_LAPS_FUZZ`` mutated frames from seed ``PARSER_LAPS_SEED``, with stalls); the pytest entry points name the
+testcases of each profile, so none is skipped unseen.
 
 The parser's ``laps_port`` comes from ``PARSER_LAPS_PORT`` (default :data:`lbpipe.hdl.packet.parser.LAPS_PORT`): the
 corpus builds its LAPS frames on that port and the golden model is run with it.
@@ -516,7 +516,26 @@ async def reset_mid_traffic(dut):
     assert not errors, "\n".join(errors[:20])
 
 
-@cocotb.test(skip=os.environ.get("PARSER_TAG_WRAP") != "1")
+@cocotb.test()
+async def long_frames(dut):
+    """Frames past the beat counter's range (1,023 full beats before the last): ``frame_len`` saturates at 65,535
+    and the items stay the golden model's, with frames before and after them parsed as usual."""
+    tb = TB(dut, stalls=False, seed=17)
+    await tb.reset()
+    head = base_frames()["v4 ack"]
+    frames = [head]
+    for size in (1023 * BEAT, 1023 * BEAT + 1, 65535, 65536, 1024 * BEAT + 1, 1030 * BEAT + 7):
+        frames += [head + bytes(size - len(head)), head]
+    for frame in frames:
+        tb.send(frame)
+    errors = await tb.collect(frames)
+    lengths = [item["frame_len"] for item in tb.meta.items[-len(frames):]]
+    if lengths[1:13:2] != [65472, 65473, 65535, 65535, 65535, 65535]:
+        errors.append(f"frame_len of the long frames: {lengths[1:13:2]}")
+    assert not errors, "\n".join(errors[:20])
+
+
+@cocotb.test()
 async def tag_wrap(dut):
     """65,540 one-beat frames: the tag wraps from 0xFFFF to 0 (run by the regression only: about 65,000 cycles)."""
     tb = TB(dut, stalls=False, seed=16)
@@ -535,13 +554,13 @@ async def tag_wrap(dut):
     assert all({**item, "tag": 0} == want for item in tb.meta.items[::4096]), "items differ"
 
 
-@cocotb.test(skip=os.environ.get("PARSER_LAPS_FUZZ") is None)
+@cocotb.test()
 async def laps_fuzz(dut):
     """LAPS frames with many random mutations, idle cycles and back-pressure (run by the regression only)."""
     seed = int(os.environ.get("PARSER_LAPS_SEED", "1"))
     tb = TB(dut, stalls=True, seed=seed)
     await tb.reset()
-    frames = laps_frames(random.Random(seed), tb.laps_port, fuzz=int(os.environ["PARSER_LAPS_FUZZ"]))
+    frames = laps_frames(random.Random(seed), tb.laps_port, fuzz=int(os.environ.get("PARSER_LAPS_FUZZ", "300")))
     for frame in frames:
         tb.send(frame)
     errors = await tb.collect(frames)
