@@ -209,26 +209,84 @@ class LapsEditor(wiring.Component):
     def laps_port(self):
         return self._laps_port
 
-    def elaborate(self, platform):
-        m = Module()
-        uw, depth = self._user_width, self._depth
-        s, o = self.s_axis, self.m_axis
-        dbits = 8 * _BEAT
-        len_bits = (depth * _BEAT).bit_length()
 
-        m.submodules.beats = beats = StreamFIFO(shape=AxisBeat(data_width=dbits, user_width=uw), depth=depth)
+    def elaborate(self, platform):
+        """The block diagram of the datasheet, one helper per stage; (n) is the register stage, as in ``latency``::
+
+            s_axis -> beat FIFO ---+
+            act -> action FIFO ----+-> pairing -> E1 -> E2 -> E2b -> E3 -> E4 -> merge -> output -> m_axis
+            (frame lengths FIFO) --+     (1)      (2)   (3)   (4)    (5)   (6)    (7)       (8)
+                                                                                   |
+                                                                                   +-> counters -> stats
+
+        Each stage loads when it is empty or its contents move on (:meth:`_load_enables`, from the output stage),
+        so a bubble never waits behind a stopped output.
+        """
+        m = Module()
+        beats, acts = self._buffers(m)
+        lens = self._frame_lengths(m)
+        # The stages' load enables, and whether the merge stage's beat leaves: driven by the output stage.
+        en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
+                                                  Signal())
+        p = self._pairing(m, beats, acts, lens, en1)
+        e1 = self._e1(m, p, en1)
+        e2 = self._e2(m, e1, en2)
+        sb = self._e2b(m, e2, ens)
+        e3 = self._e3(m, sb, en3)
+        e4 = self._e4(m, e3, en4)
+        x, m1_merged = self._merge(m, e4, enx)
+        is_ins, is_rem = self._output(m, x, m1_merged, x_leaves,
+                                      loads=[(en1, e1), (en2, e2), (ens, sb), (en3, e3), (en4, e4), (enx, x)])
+        self._counters(m, x, x_leaves, is_ins, is_rem)
+        return m
+
+    # -- fields and helpers shared by the stages -------------------------------------------------------------------
+
+    @property
+    def _len_bits(self):
+        """Width of a frame length in bytes (``depth`` beats at most)."""
+        return (self._depth * _BEAT).bit_length()
+
+    def _beat_fields(self):
+        """The fields each stage register keeps of its beat: the beat (``cur``) and the next one of its frame
+        (``nxt``), ``keep``, ``last``, ``user`` and the beat's index in the frame (0, 1, then 2 for all later)."""
+        return dict(valid=1, cur=8 * _BEAT, nxt=8 * _BEAT, keep=_BEAT, last=1, user=self._user_width, idx=2)
+
+    def _edit_fields(self):
+        """The edit context E2 to E3 carry along: the op to apply (PASS if refused), ``drop``, ``refused``, whether
+        the action was PASS, IPv6, ``h``, ``K``, the new frame length, the IP offset (one-hot) and ``l4_off / 2``."""
+        return dict(op=2, drop=1, refused=1, is_pass=1, ipv6=1, h=7, k=6, new_len=self._len_bits + 1, l3_sel=3,
+                    l4w=6)
+
+    @staticmethod
+    def _stage(name, **fields):
+        """A stage register: one ``Signal`` named ``{name}_{field}`` per field (``fields`` gives the widths)."""
+        return {k: Signal(v, name=f"{name}_{k}") for k, v in fields.items()}
+
+    # -- buffers ---------------------------------------------------------------------------------------------------
+
+    def _buffers(self, m):
+        """The beat FIFO (``s_axis``, ``depth`` beats) and the action FIFO (``act``, ``depth`` entries)."""
+        s = self.s_axis
+        m.submodules.beats = beats = StreamFIFO(shape=AxisBeat(data_width=8 * _BEAT, user_width=self._user_width),
+                                                depth=self._depth)
         m.d.comb += [
             beats.i.payload.data.eq(s.tdata), beats.i.payload.keep.eq(s.tkeep),
             beats.i.payload.last.eq(s.tlast), beats.i.payload.user.eq(s.tuser),
             beats.i.valid.eq(s.tvalid), s.tready.eq(beats.i.ready),
         ]
-        m.submodules.acts = acts = StreamFIFO(shape=LapsEdit(), depth=depth)
+        m.submodules.acts = acts = StreamFIFO(shape=LapsEdit(), depth=self._depth)
         wiring.connect(m, wiring.flipped(self.act), acts.i)
+        return beats, acts
 
-        # Frame lengths, counted as frames enter: the edit is decided at a frame's first beat and needs its length
-        # (a frame waits in the beat FIFO until its last beat has come in). One entry per frame whose first beat
-        # has not left: at most the beat FIFO's ``depth`` frames and the one being counted.
-        m.submodules.lens = lens = StreamFIFO(shape=len_bits, depth=depth + 1)
+    def _frame_lengths(self, m):
+        """Frame lengths, counted as frames enter: the edit is decided at a frame's first beat and needs its length
+        (a frame waits in the beat FIFO until its last beat has come in). Registers the beats counted so far and
+        the length pending for the FIFO; the FIFO has one entry per frame whose first beat has not left: at most
+        the beat FIFO's ``depth`` frames and the one being counted. Not in the pipeline's latency."""
+        s = self.s_axis
+        len_bits = self._len_bits
+        m.submodules.lens = lens = StreamFIFO(shape=len_bits, depth=self._depth + 1)
         in_beats = Signal(len_bits)
         pend = Signal()
         pend_beats = Signal(len_bits)
@@ -246,18 +304,22 @@ class LapsEditor(wiring.Component):
                 m.d.sync += [in_beats.eq(0), pend.eq(1), pend_beats.eq(in_beats), pend_keep.eq(s.tkeep)]
             with m.Else():
                 m.d.sync += in_beats.eq(in_beats + 1)
+        return lens
 
-        # Each stage loads when it is empty or its contents move on, so a bubble never waits behind a stopped output.
-        en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
-                                                  Signal())
+    # -- the pipeline ----------------------------------------------------------------------------------------------
 
-        # -- pairing: each beat leaves with the beat after it in its frame (zero after the last) ----------------
+    def _pairing(self, m, beats, acts, lens, en1):
+        """Pairing (stage 1): each beat leaves with the beat after it in its frame (zero after the last), so E1 sees
+        the first two beats, the edit window, together. Registers a beat (``p_data``, ``p_keep``, ``p_last``,
+        ``p_user``), its index (``p_idx``) and, at a frame's first beat, the frame's action and length (``p_act``,
+        ``p_len``); the next beat is read from the beat FIFO's head (``nxt``). Returns the stage's fields."""
+        dbits, uw = 8 * _BEAT, self._user_width
         head = beats.o.payload
         in_first = Signal(init=1)
         p_valid, p_last, p_idx = Signal(), Signal(), Signal(2)
         p_data, p_keep, p_user = Signal(dbits), Signal(_BEAT), Signal(uw)
         p_act = Signal(LapsEdit())
-        p_len = Signal(len_bits)
+        p_len = Signal(self._len_bits)
         p_move, take = Signal(), Signal()
         m.d.comb += [
             p_move.eq(p_valid & en1 & (p_last | beats.o.valid)),
@@ -276,14 +338,18 @@ class LapsEditor(wiring.Component):
             with m.Elif(p_idx != 2):
                 m.d.sync += p_idx.eq(p_idx + 1)
         p_nxt = Mux(p_last, 0, head.data)
+        return dict(valid=p_valid, move=p_move, data=p_data, nxt=p_nxt, keep=p_keep, last=p_last, user=p_user,
+                    idx=p_idx, act=p_act, len=p_len)
 
-        def stage(name, **fields):
-            return {k: Signal(v, name=f"{name}_{k}") for k, v in fields.items()}
-
-        elem = dict(valid=1, cur=dbits, nxt=dbits, keep=_BEAT, last=1, user=uw, idx=2)
-
-        # -- E1: the decision and the fields the edit reads ---------------------------------------------------
-        a = p_act
+    def _e1(self, m, p, en1):
+        """E1 (stage 2): the decision and the fields the edit reads. Registers the beat pair, the op to apply (PASS
+        if the edit is refused or the frame dropped), ``drop``, ``refused``, ``h``, ``K``, the new frame length,
+        the IP offset (one-hot ``l3_sel``), the IP words (total length, payload length, header checksum, at three
+        possible offsets), the UDP header's port, length and checksum, and the 28 bytes at ``h`` (16-bit word
+        shifts of the window)."""
+        depth, len_bits = self._depth, self._len_bits
+        p_len = p["len"]
+        a = p["act"]
         h = Signal(9)
         k = Signal(6)
         applies = Signal()
@@ -292,7 +358,7 @@ class LapsEditor(wiring.Component):
         fits = Mux(a.op == OP_INSERT, (h <= p_len) & (p_len + k <= depth * _BEAT), h + k <= p_len)
         m.d.comb += applies.eq((a.op != OP_PASS) & ~a.l4_off[0] & l3_ok & (a.l4_off >= a.l3_off + 20) &
                                (a.count <= 4) & (h + k <= WINDOW) & fits)
-        win = _sig(m, Cat(p_data, p_nxt, Const(0, 256)), "win")
+        win = _sig(m, Cat(p["data"], p["nxt"], Const(0, 256)), "win")
         l4w = a.l4_off[1:7]
         udp = _sig(m, win.bit_select(l4w * 16, 64), "udp")
         hdr_old = _sig(m, win.bit_select(h[1:7] * 16, 224), "hdr_old")
@@ -300,12 +366,13 @@ class LapsEditor(wiring.Component):
         l3_sel = Cat(a.l3_off == 14, a.l3_off == 18, a.l3_off == 22)
         l3_words = _sig(m, Mux(l3_sel[0], l3_fields[0], Mux(l3_sel[1], l3_fields[1], l3_fields[2])), "l3_words")
 
-        e1 = stage("e1", **elem, act=LapsEdit(), op=2, drop=1, refused=1, h=7, k=6, new_len=len_bits + 1,
-                   l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16, ucsum=16, hdr=224)
+        e1 = self._stage("e1", **self._beat_fields(), act=LapsEdit(), op=2, drop=1, refused=1, h=7, k=6,
+                         new_len=len_bits + 1, l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16, ucsum=16,
+                         hdr=224)
         with m.If(en1):
             m.d.sync += [
-                e1["valid"].eq(p_move), e1["cur"].eq(p_data), e1["nxt"].eq(p_nxt), e1["keep"].eq(p_keep),
-                e1["last"].eq(p_last), e1["user"].eq(p_user), e1["idx"].eq(p_idx), e1["act"].eq(a),
+                e1["valid"].eq(p["move"]), e1["cur"].eq(p["data"]), e1["nxt"].eq(p["nxt"]), e1["keep"].eq(p["keep"]),
+                e1["last"].eq(p["last"]), e1["user"].eq(p["user"]), e1["idx"].eq(p["idx"]), e1["act"].eq(a),
                 e1["op"].eq(Mux(applies & ~a.drop, a.op, OP_PASS)), e1["drop"].eq(a.drop),
                 e1["refused"].eq(~a.drop & (a.op != OP_PASS) & ~applies), e1["h"].eq(h), e1["k"].eq(k),
                 e1["new_len"].eq(Mux(a.op == OP_INSERT, p_len + k, Mux(a.op == OP_REMOVE, p_len - k, p_len))),
@@ -313,8 +380,14 @@ class LapsEditor(wiring.Component):
                 e1["ipc"].eq(l3_words[32:48]), e1["dport"].eq(_be(udp, 2, 2)), e1["ulen"].eq(_be(udp, 4, 2)),
                 e1["ucsum"].eq(_be(udp, 6, 2)), e1["hdr"].eq(hdr_old),
             ]
+        return e1
 
-        # -- E2: the new header, the new lengths and port, the checksum sums --------------------------------------
+    def _e2(self, m, e1, en2):
+        """E2 (stage 3): the new header, lengths and port, and the checksum terms. Registers the new header shifted
+        to ``h`` in the 128-byte window (``hdr``: INSERT's header, UPDATE's changed bytes), the new UDP port and
+        length, the new IP lengths, the old UDP checksum, the 14 terms of the header words (added, subtracted or
+        both for UPDATE's five changed words) and the inverted old values the checksums drop; the beat and the edit
+        context pass on."""
         a1 = e1["act"]
         op1 = e1["op"]
         b0 = Cat(Mux(op1 == OP_UPDATE, _byte(e1["hdr"], 0)[:6], a1.count), a1.ack, a1.probe)
@@ -340,9 +413,10 @@ class LapsEditor(wiring.Component):
         new_tot = (e1["tot"] + delta)[:16]
         shifted = _sig(m, (hdr_new << (e1["h"][1:7] * 16))[:WINDOW * 8], "shifted")
 
-        ctx = dict(op=2, drop=1, refused=1, is_pass=1, ipv6=1, h=7, k=6, new_len=len_bits + 1, l3_sel=3, l4w=6)
-        e2 = stage("e2", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16,
-                   **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16, inv_tot=16)
+        elem = self._beat_fields()
+        e2 = self._stage("e2", **elem, **self._edit_fields(), hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16,
+                         tot=16, **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16,
+                         inv_tot=16)
         with m.If(en2):
             m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "h", "k", "new_len", "l3_sel")]
             m.d.sync += [
@@ -353,10 +427,15 @@ class LapsEditor(wiring.Component):
                 e2["inv_ipc"].eq(inv(e1["ipc"])), e2["inv_tot"].eq(inv(e1["tot"])),
             ]
             m.d.sync += [e2[f"t{i}"].eq(t) for i, t in enumerate(terms)]
+        return e2
 
-        # -- E2b: the checksum sums (ones' complement sums as plain sums, folded in E3) ----------------------------
-        passed = (*elem, *ctx, "hdr", "dport", "ulen", "ucsum", "plen", "tot")
-        sb = stage("sb", **{n: len(e2[n]) for n in passed}, udp_sum=24, ip_sum=18)
+    def _e2b(self, m, e2, ens):
+        """E2b (stage 4): the checksum sums, ones' complement sums as plain sums (folded in E3). Registers the UDP
+        sum (terms, old checksum, port and length out, port and length, the length twice) and the IPv4 header sum
+        (old checksum and total length out, total length in); the beat, the edit context and the new values pass
+        on."""
+        passed = (*self._beat_fields(), *self._edit_fields(), "hdr", "dport", "ulen", "ucsum", "plen", "tot")
+        sb = self._stage("sb", **{n: len(e2[n]) for n in passed}, udp_sum=24, ip_sum=18)
         with m.If(ens):
             m.d.sync += [sb[n].eq(e2[n]) for n in passed]
             m.d.sync += [
@@ -364,18 +443,28 @@ class LapsEditor(wiring.Component):
                                  2 * e2["inv_ul"] + e2["dport"] + 2 * e2["ulen"]),
                 sb["ip_sum"].eq(e2["inv_ipc"] + e2["inv_tot"] + e2["tot"]),
             ]
+        return sb
 
-        # -- E3: the checksums ------------------------------------------------------------------------------------
+    def _e3(self, m, sb, en3):
+        """E3 (stage 5): the checksums. Registers the folded and inverted sums: the UDP checksum (IPv4: 0; IPv6: a
+        computed 0 as 0xFFFF, a zero checksum kept 0) and the IPv4 header checksum; the beat, the edit context and
+        the new values pass on."""
+        elem, ctx = self._beat_fields(), self._edit_fields()
         udp_new = (~_fold(sb["udp_sum"]))[:16]
-        e3 = stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16, ipc=16)
+        e3 = self._stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16, ipc=16)
         with m.If(en3):
             m.d.sync += [e3[n].eq(sb[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
             m.d.sync += [
                 e3["ucsum"].eq(Mux(~sb["ipv6"] | (sb["ucsum"] == 0), 0, Mux(udp_new == 0, 0xFFFF, udp_new))),
                 e3["ipc"].eq((~_fold(sb["ip_sum"]))[:16]),
             ]
+        return e3
 
-        # -- E4: the edited window (frame bytes 0 to 127) and, for INSERT, the header merged in -----------------
+    def _e4(self, m, e3, en4):
+        """E4 (stage 6): the edited window (frame bytes 0 to 127). Registers, for a frame's first beat pair, the
+        window with the UDP port, length and checksum, the IP length and checksum fields and UPDATE's header bytes
+        written (later beats pass unchanged); INSERT's header (``hdr``), the op and the lengths pass on."""
+        dbits = 8 * _BEAT
         edit = (e3["op"] != OP_PASS) & ~e3["drop"]
         wwin = _sig(m, Cat(e3["cur"], e3["nxt"]), "wwin")
         new_words = []
@@ -401,13 +490,22 @@ class LapsEditor(wiring.Component):
                 new = Mux(cond, value, new)
             new_words.append(_sig(m, Mux(edit, new, word), f"word{wi}"))
         w_edit = _sig(m, Cat(*[Cat(w[8:16], w[0:8]) for w in new_words]), "w_edit")
-        # E4 registers the written window; the merge (INSERT) reads it from there, on the way to the output stage.
-        e4_fields = (*elem, "op", "drop", "refused", "is_pass", "h", "k", "new_len", "hdr")
-        e4 = stage("e4", **{n: len(e3[n]) for n in e4_fields})
+        e4_fields = (*self._beat_fields(), "op", "drop", "refused", "is_pass", "h", "k", "new_len", "hdr")
+        e4 = self._stage("e4", **{n: len(e3[n]) for n in e4_fields})
         with m.If(en4):
             m.d.sync += [e4[n].eq(e3[n]) for n in e4_fields if n not in ("cur", "nxt")]
             m.d.sync += [e4["cur"].eq(Mux(e3["idx"] == 0, w_edit[:dbits], e3["cur"])),
                          e4["nxt"].eq(Mux(e3["idx"] == 0, w_edit[dbits:], e3["nxt"]))]
+        return e4
+
+    def _merge(self, m, e4, enx):
+        """The INSERT merge (stage 7), on the way out of E4: the written window with ``K`` header bytes at ``h``
+        and the bytes from ``h`` on moved up by ``K``. Registers the beat (``x``) with its output for beats 0 and 1
+        (``pre``: the merged window's half); at a frame's first beat, it keeps the window's second half, written
+        and merged (``m1_edit``, ``m1_merged``: beat 1's data, and the extra beat's when INSERT grows a one-beat
+        frame) and the frame's edit context (``f_*``), which the frame's later beats take. Returns ``x`` and
+        ``m1_merged``."""
+        dbits, len_bits = 8 * _BEAT, self._len_bits
         w_edit = Cat(e4["cur"], e4["nxt"])
 
         merged = []
@@ -427,11 +525,11 @@ class LapsEditor(wiring.Component):
         is1 = e4["idx"] == 1
         with m.If(enx & e4["valid"] & is0):
             m.d.sync += [m1_edit.eq(w_edit[dbits:]), m1_merged.eq(merged[dbits:])]
-        fctx = stage("f", op=2, drop=1, refused=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
+        fctx = self._stage("f", op=2, drop=1, refused=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
         with m.If(enx & e4["valid"] & is0):
             m.d.sync += [fctx[n].eq(e4[n]) for n in fctx]
 
-        x = stage("x", **elem, pre=dbits, **{n: len(v) for n, v in fctx.items()})
+        x = self._stage("x", **self._beat_fields(), pre=dbits, **{n: len(v) for n, v in fctx.items()})
         with m.If(enx):
             m.d.sync += [x[n].eq(e4[n]) for n in ("valid", "keep", "last", "user", "idx")]
             m.d.sync += [x[n].eq(Mux(is0, e4[n], fctx[n])) for n in fctx]
@@ -440,8 +538,17 @@ class LapsEditor(wiring.Component):
                 x["nxt"].eq(Mux(is0, w_edit[dbits:], e4["nxt"])),
                 x["pre"].eq(Mux(is0, merged[:dbits], m1_merged)),
             ]
+        return x, m1_merged
 
-        # -- output: the shift by K four-byte lanes, tkeep and tlast from the bytes left ---------------------------
+    def _output(self, m, x, m1_merged, x_leaves, loads):
+        """The output stage (stage 8): the shift by ``K`` four-byte lanes, ``tkeep`` and ``tlast`` from the bytes
+        left. Registers the ``m_axis`` beat, the previous beat (``prev``: INSERT's carry), the frame's bytes still
+        to send (``left``) and ``extra`` (INSERT: the beat the frame grew by is due). Drives ``x_leaves`` (the
+        merge stage's beat moves on: when ``m_axis`` takes a beat, and not while INSERT's extra beat waits) and,
+        from it, the load enables of ``loads`` (:meth:`_load_enables`). Returns the op decodes ``is_ins`` and
+        ``is_rem`` (shared with the counters)."""
+        o = self.m_axis
+        dbits, len_bits = 8 * _BEAT, self._len_bits
         left = Signal(len_bits + 1)
         prev = Signal(dbits)
         extra = Signal()        # INSERT: the beat the frame grew by is due
@@ -462,7 +569,7 @@ class LapsEditor(wiring.Component):
         rem_shift = lane_shift(x["cur"], x["nxt"], "rem")
         rem_out = _sig(m, Cat(*[Mux((x["idx"] < 2) & (64 * x["idx"] + i < x["h"]), _byte(x["cur"], i),
                                     _byte(rem_shift, i))
-                                   for i in range(_BEAT)]), "rem_out")
+                                for i in range(_BEAT)]), "rem_out")
         thermo = Cat(*[cur_left > i for i in range(_BEAT)])
 
         adv = Signal()
@@ -474,9 +581,10 @@ class LapsEditor(wiring.Component):
         m.d.comb += [
             adv.eq(~o.tvalid | o.tready),
             hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & (cur_left > _BEAT) & ~extra),
-            x_leaves.eq(adv & ~hold), enx.eq(~x["valid"] | x_leaves), en4.eq(~e4["valid"] | enx),
-            en3.eq(~e3["valid"] | en4),
-            ens.eq(~sb["valid"] | en3), en2.eq(~e2["valid"] | ens), en1.eq(~e1["valid"] | en2),
+            x_leaves.eq(adv & ~hold),
+        ]
+        self._load_enables(m, loads, x_leaves)
+        m.d.comb += [
             emit.eq(adv & (extra | (x["valid"] & ~x["drop"] & ~(is_rem & (cur_left == 0))))),
         ]
         with m.If(o.tvalid & o.tready):
@@ -496,7 +604,19 @@ class LapsEditor(wiring.Component):
             m.d.sync += [extra.eq(0), left.eq(0)]
         with m.If(hold & adv):
             m.d.sync += extra.eq(1)
+        return is_ins, is_rem
 
+    @staticmethod
+    def _load_enables(m, stages, leaves):
+        """The load enables, combinational: each stage of ``stages`` (``(enable, register)`` pairs, in pipeline
+        order) loads when it is empty or the next one loads; the last when it is empty or its beat ``leaves``."""
+        nxt = leaves
+        for en, reg in reversed(stages):
+            m.d.comb += en.eq(~reg["valid"] | nxt)
+            nxt = en
+
+    def _counters(self, m, x, x_leaves, is_ins, is_rem):
+        """The ``stats`` counters, counted as a frame's first beat leaves the merge stage (no latency)."""
         counters = [self.stats.word_select(i, 32) for i in range(N_COUNTERS)]
         first = x_leaves & x["valid"] & (x["idx"] == 0)
         which = [
@@ -510,4 +630,3 @@ class LapsEditor(wiring.Component):
         for counter, cond in zip(counters, which):
             with m.If(first & cond):
                 m.d.sync += counter.eq(counter + 1)
-        return m
