@@ -88,7 +88,7 @@ def test_throughput_one_item_per_clock():
 
 @pytest.mark.parametrize("testcase", ["harness_catches_a_wrong_output", "harness_catches_a_wrong_cycle"])
 def test_harness_can_fail(testcase):
-    """The scoreboard and the timing check fail on a wrong expectation (the cocotb tests expect the failure)."""
+    """The scoreboard and the timing check fail on a wrong expectation, each for its own reason."""
     params = dict(n_paths=5, mode="port", hash_bits=16)
     events = _pathmap_events(list(range(5)))
     events += [{"item": {"kind": DATA, "psn": k, "flow_hash": 7, "udp_sport": 1, "tag": k}} for k in range(40)]

@@ -486,6 +486,19 @@ async def run_trace_test(dut, *, corrupt=None):
     assert not errors, "\n".join(errors)
 
 
+async def expect_failure(check, reason):
+    """Run ``check`` (an awaitable that must fail) and pass only if it fails with an ``AssertionError`` whose
+    message contains ``reason``: a self-test that failed for another reason (a timeout, a crash, another check)
+    fails, instead of passing as cocotb's ``expect_fail`` would."""
+    try:
+        await check
+    except AssertionError as exc:
+        if reason not in str(exc):
+            raise AssertionError(f"failed, but not because {reason!r}: {str(exc)[:500]}") from None
+    else:
+        raise AssertionError(f"did not fail: the check for {reason!r} let the planted error through")
+
+
 async def run_reset_test(dut):
     """Reset in the middle of traffic: what came out before must be a prefix of the golden outputs, and after the
     reset a fresh run of the whole trace must match a freshly reset golden model exactly (no stale state, no
