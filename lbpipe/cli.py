@@ -26,14 +26,18 @@ class Progress:
         self.stream = stream or sys.stderr
         self.every = every
         self.t0 = time.monotonic()
+        self._lock = threading.Lock()
 
     def say(self, text):
-        print(text, file=self.stream, flush=True)
+        with self._lock:
+            print(text, file=self.stream, flush=True)
 
     @contextlib.contextmanager
     def step(self, what):
-        self.done += 1
-        tag = f"[{self.done}/{self.total}]"
+        """One step; steps may run in parallel threads, each numbered when it starts."""
+        with self._lock:
+            self.done += 1
+            tag = f"[{self.done}/{self.total}]"
         self.say(f"{tag} {what} ...")
         start = time.monotonic()
         stop = threading.Event()
@@ -145,9 +149,13 @@ def cmd_synth(args):
     all_params = [_params_for(block, args) for block in blocks]
     # One block's report goes beside the library's, never over it.
     out = pathlib.Path(args.output or ("build/reports" if args.block == "all" else f"build/reports/{args.block}"))
-    reports, paper = [], {}
+    paper = {block.name: block.paper for block in blocks if block.paper}
     progress = Progress(len(blocks))
-    for block, params in zip(blocks, all_params):
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(blocks)))
+    if jobs > 1:
+        progress.say(f"synthesizing {len(blocks)} blocks, {jobs} at a time")
+
+    def one(block, params):
         component = block.build(**params)
         with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
             report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
@@ -161,9 +169,11 @@ def cmd_synth(args):
                 f"{ram_bits / 8 / 1000:.1f} kB of block RAM and UltraRAM capacity ({report.get('ramb36', 0)} RAMB36, "
                 f"{report.get('ramb18', 0)} RAMB18, {report.get('uram', 0)} URAM)")
         report["extra"]["Timing proxy"] = _level_verdict(report["logic_levels"])
-        reports.append(report)
-        if block.paper:
-            paper[block.name] = block.paper
+        return report
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        reports = list(pool.map(one, blocks, all_params))
     md, js = write_reports(reports, out, paper=paper)
     print(pathlib.Path(md).read_text())
     progress.say(f"reports: {md}, {js}")
@@ -310,6 +320,8 @@ def _parser():
     add_common(p)
     p.add_argument("-o", "--output", help="report directory (default build/reports for 'all', "
                                            "build/reports/BLOCK for one block)")
+    p.add_argument("-j", "--jobs", type=int, default=0,
+                   help="blocks synthesized at a time (default: one per CPU core)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")

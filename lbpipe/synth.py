@@ -34,6 +34,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 from amaranth.back import rtlil
@@ -98,6 +99,10 @@ def _cell_histogram(stat, name):
     return dict(sorted(module.get("num_cells_by_type", {}).items()))
 
 
+#: Amaranth's conversion runs one design at a time; Yosys, a subprocess each, runs in parallel (``lbpipe synth -j``).
+_CONVERT = threading.Lock()
+
+
 def _run_yosys(workdir, script_name, log_name, timeout):
     argv = [sys.executable, "-c", _RUNNER, "-q", "-l", log_name, "-s", script_name]
     try:
@@ -156,7 +161,9 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
 
     # The RTLIL backend itself is pure Python, but set this so any Yosys Amaranth does call is the pinned one.
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
-    (workdir / f"{name}.il").write_text(rtlil.convert(elaboratable, name=name, ports=ports))
+    with _CONVERT:
+        text = rtlil.convert(elaboratable, name=name, ports=ports)
+    (workdir / f"{name}.il").write_text(text)
 
     for stale in ("stat.json", "netlist.json"):
         (workdir / stale).unlink(missing_ok=True)
