@@ -204,8 +204,9 @@ def cmd_replay(args):
         ctl = read_events(args.ctl, allow_empty=True) if args.ctl else []
         progress = Progress(1)
         with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
-            replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine)
-        progress.say(f"frames written to {args.output}")
+            count = replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine, idle=args.idle,
+                                backpressure=args.backpressure, seed=args.seed)
+        progress.say(f"{count} frames written to {args.output}")
         return 0
     if args.ctl:
         raise ValueError("--ctl is for packet pipelines; a metadata trace carries its commands")
@@ -373,9 +374,14 @@ def main(argv=None):
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     try:
         return args.func(args)
-    except (KeyError, ValueError, OSError, UnicodeDecodeError) as exc:
+    except (KeyError, ValueError, OSError) as exc:
         print(f"lbpipe: {_one_line(exc)}", file=sys.stderr)
         return USAGE_ERROR
+    except (RuntimeError, AssertionError) as exc:
+        # A tool or a check failed (Yosys, a simulation, RTL against golden): the first line says what and where
+        # the log is.
+        print(f"lbpipe: failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -147,33 +147,49 @@ def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compar
     return outputs
 
 
-def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"):
+def _golden_frames(block, params, frames, ctl_events):
+    model = block.golden(**params)
+    for event in ctl_events:
+        model.control(_complete_ctl(event["ctl"]))
+    out = []
+    for frame in frames:
+        result = model.process(frame)
+        # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
+        out += result if isinstance(result, list) else [] if result is None else [result]
+    return out
+
+
+def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden", idle=0.0, backpressure=0.0,
+                seed=1):
     """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
 
     Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
-    frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test.
+    frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test, with ``idle`` and
+    ``backpressure`` the probabilities of pauses on its input and output, and raises ``RuntimeError`` when the RTL
+    sends a different number of frames than the golden model (an extra or a missing frame). Returns the number of
+    frames written.
     """
     block = resolve_block(block)
     if block.is_meta or block.golden is None:
         raise ValueError(f"{block.name} does not replay pcap files")
     params = block.resolve(params)
     check_ctl_events(block, params, ctl_events)
+    frames = read_pcap(pcap_in)
+    expected = _golden_frames(block, params, frames, ctl_events)
     if engine == "golden":
-        model = block.golden(**params)
-        for event in ctl_events:
-            model.control(_complete_ctl(event["ctl"]))
-        out = []
-        for frame in read_pcap(pcap_in):
-            result = model.process(frame)
-            # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
-            out += result if isinstance(result, list) else [] if result is None else [result]
-        write_pcap(pcap_out, out)
-        return
+        write_pcap(pcap_out, expected)
+        return len(expected)
     from lbpipe.tb.lib.runner import run_cocotb
     path = top_verilog(block, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         ctl = pathlib.Path(tmp) / "ctl.jsonl"
         write_events(ctl, ctl_events)
         env = {"LBPIPE_CTL": str(ctl), "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
-               "LBPIPE_PCAP_OUT": str(pathlib.Path(pcap_out).resolve())}
+               "LBPIPE_PCAP_OUT": str(pathlib.Path(pcap_out).resolve()), "LBPIPE_IDLE": str(idle),
+               "LBPIPE_BACKPRESSURE": str(backpressure), "LBPIPE_SEED": str(seed)}
         run_cocotb(path, toplevel="lbpipe_top", test_module=block.tb_module, testcase="replay", extra_env=env)
+    got = read_pcap(pcap_out)
+    if len(got) != len(expected):
+        raise RuntimeError(f"{block.name}: the RTL sent {len(got)} frames, the golden model {len(expected)} "
+                           f"(frames written to {pcap_out})")
+    return len(got)

@@ -56,10 +56,30 @@ def test_pcap_replay_golden_and_rtl_identical(tmp_path):
     assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "-o", str(tmp_path / "g.pcap")]) == 0
     assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "--engine", "rtl",
                  "-o", str(tmp_path / "r.pcap")]) == 0
+    assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "--engine", "rtl", "--idle", "0.3",
+                 "--backpressure", "0.4", "--seed", "5", "-o", str(tmp_path / "s.pcap")]) == 0
     golden = read_pcap(tmp_path / "g.pcap")
-    assert golden == read_pcap(tmp_path / "r.pcap")
+    assert golden == read_pcap(tmp_path / "r.pcap") == read_pcap(tmp_path / "s.pcap")
     sent = read_pcap(tmp_path / "in.pcap")
     assert len(golden) == 40 and sum(g != s for g, s in zip(golden, sent)) > 0   # some frames were rewritten
+
+
+def test_pcap_replay_counts_frames(tmp_path, monkeypatch):
+    """The RTL replay fails when the RTL sends another number of frames than the golden model: here the golden
+    model is made to send one more, as an RTL that lost a frame would look."""
+    import json
+
+    from lbpipe import engine
+    from lbpipe.tb.themis.test_themis_s_wire import frames_for
+    from lbpipe.trace import write_pcap
+    write_pcap(tmp_path / "in.pcap", frames_for(random.Random(5), 6))
+    ctl = [{"ctl": {"table": 0, "index": p, "data": 0x1111 * p}} for p in range(4)]
+    (tmp_path / "ctl.jsonl").write_text("".join(json.dumps(c) + "\n" for c in ctl))
+    real = engine._golden_frames
+    monkeypatch.setattr(engine, "_golden_frames", lambda *a: real(*a) + [bytes(64)])
+    with pytest.raises(RuntimeError, match="the RTL sent 6 frames, the golden model 7"):
+        engine.replay_pcap("themis-s-wire", {"n_paths": 4}, tmp_path / "in.pcap", tmp_path / "r.pcap", ctl,
+                           engine="rtl")
 
 
 def test_packet_bench(monkeypatch):

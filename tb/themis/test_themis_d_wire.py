@@ -245,20 +245,9 @@ async def reset_mid_traffic(dut):
 async def replay(dut):
     """``lbpipe replay themis-d-wire IN.pcap --ctl CTL --engine rtl``: control commands, the frames, the frames out
     (the run ends when no frame has come out for 2,000 cycles after the last one went in)."""
-    from lbpipe.trace import write_pcap
     tb = TB(dut, stalls=False, seed=1)
     await tb.reset()
-    await tb.replay_setup()
-    out = []
-    idle = 0
-    while idle < 2000 or not tb.source.empty():
-        await RisingEdge(dut.clk)
-        if tb.sink.empty():
-            idle += 1
-        else:
-            out.append(bytes(tb.sink.recv_nowait().tdata))
-            idle = 0
-    write_pcap(os.environ["LBPIPE_PCAP_OUT"], out)
+    await tb.replay()
 
 
 @cocotb.test()
