@@ -202,14 +202,15 @@ def cmd_replay(args):
             raise ValueError("a pcap replay needs -o OUT.pcap")
         _output_file(args.output)
         ctl = read_events(args.ctl, allow_empty=True) if args.ctl else []
+        actions = read_events(args.actions, kinds=("act",)) if args.actions else None
         progress = Progress(1)
         with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
             count = replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine, idle=args.idle,
-                                backpressure=args.backpressure, seed=args.seed)
+                                backpressure=args.backpressure, seed=args.seed, actions=actions)
         progress.say(f"{count} frames written to {args.output}")
         return 0
-    if args.ctl:
-        raise ValueError("--ctl is for packet pipelines; a metadata trace carries its commands")
+    if args.ctl or args.actions:
+        raise ValueError("--ctl and --actions are for packet stages; a metadata trace carries its commands")
     events = read_events(args.trace)
     if args.output:
         _output_file(args.output)
@@ -282,21 +283,31 @@ def cmd_trace(args):
 
 
 def _pcap_trace(block, args):
-    """A packet pipeline's seeded traffic: the frames to ``args.output`` (pcap), the control commands that set the
-    pipeline up beside it (``NAME.ctl.jsonl``), ready for ``lbpipe replay BLOCK NAME.pcap --ctl NAME.ctl.jsonl``."""
+    """A packet stage's seeded traffic: the frames to ``args.output`` (pcap) and, beside it, the control commands
+    that set the pipeline up (``NAME.ctl.jsonl``) or the per-frame actions (``NAME.actions.jsonl``), ready for
+    ``lbpipe replay BLOCK NAME.pcap --ctl NAME.ctl.jsonl`` (or ``--actions NAME.actions.jsonl``)."""
     import importlib
     from .trace import write_events, write_pcap
     out = pathlib.Path(args.output)
     if out.suffix != ".pcap":
         raise ValueError(f"{block.name} writes a pcap file: name the output NAME.pcap, not {out.name}")
     module, name = block.pcap_trace.split(":")
-    cmds, frames = getattr(importlib.import_module(module), name)(args.seed, args.items, **_params_for(block, args))
+    generated = getattr(importlib.import_module(module), name)(args.seed, args.items, **_params_for(block, args))
     _output_file(out)
-    write_pcap(out, frames)
-    ctl = out.with_suffix(".ctl.jsonl")
-    write_events(ctl, [{"ctl": c} for c in cmds])
-    print(f"{len(frames)} frames for {block.name} (seed {args.seed}) written to {out}, {len(cmds)} control "
-          f"commands to {ctl}", file=sys.stderr)
+    if block.actions is not None:
+        frames, actions = generated
+        write_pcap(out, frames)
+        side = out.with_suffix(".actions.jsonl")
+        write_events(side, [{"act": a} for a in actions])
+        what = f"{len(actions)} actions"
+    else:
+        cmds, frames = generated
+        write_pcap(out, frames)
+        side = out.with_suffix(".ctl.jsonl")
+        write_events(side, [{"ctl": c} for c in cmds])
+        what = f"{len(cmds)} control commands"
+    print(f"{len(frames)} frames for {block.name} (seed {args.seed}) written to {out}, {what} to {side}",
+          file=sys.stderr)
     return 0
 
 
@@ -343,6 +354,7 @@ def _parser():
     add_common(p, allow_all=False)
     p.add_argument("trace", help="input: a JSON Lines trace (metadata blocks) or a pcap file (packet pipelines)")
     p.add_argument("--ctl", help="packet pipelines: JSON Lines of control commands applied before the frames")
+    p.add_argument("--actions", help="laps-editor: JSON Lines of per-frame actions, {\"act\": {...}}, one per frame")
     p.add_argument("--engine", choices=("golden", "rtl"), default="golden")
     p.add_argument("-o", "--output", help="output JSONL (default: standard output), or pcap for packet pipelines")
     p.add_argument("--idle", type=float, default=0.0, help="rtl: probability of an idle input cycle")

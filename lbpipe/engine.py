@@ -11,7 +11,7 @@ import tempfile
 from .blocks import Block, get_block
 from .trace import TraceError, pack, read_events, read_pcap, where, write_events, write_pcap
 
-__all__ = ["resolve_block", "check_ctl_events", "run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
+__all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
 
 
 def resolve_block(block):
@@ -147,20 +147,39 @@ def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compar
     return outputs
 
 
-def _golden_frames(block, params, frames, ctl_events):
+def check_actions(block, frames, actions):
+    """A per-frame action file must hold one action per frame, each fitting the block's action layout."""
+    layout = block.action_layout()
+    if layout is None:
+        if actions:
+            raise ValueError(f"{block.name} takes no per-frame actions")
+        return
+    if actions is None:
+        raise ValueError(f"{block.name} needs its per-frame actions: --actions FILE (one {{\"act\": ...}} line per "
+                         f"frame)")
+    if len(actions) != len(frames):
+        raise TraceError(f"{getattr(actions, 'path', 'actions')}: {len(actions)} actions for {len(frames)} frames")
+    for number, event in enumerate(actions):
+        try:
+            pack(layout, event["act"])
+        except TraceError as exc:
+            raise TraceError(f"{where(actions, number)}: {exc}") from None
+
+
+def _golden_frames(block, params, frames, ctl_events, actions=None):
     model = block.golden(**params)
     for event in ctl_events:
         model.control(_complete_ctl(event["ctl"]))
     out = []
-    for frame in frames:
-        result = model.process(frame)
+    for k, frame in enumerate(frames):
+        result = model.process(frame, actions[k]["act"]) if actions is not None else model.process(frame)
         # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
         out += result if isinstance(result, list) else [] if result is None else [result]
     return out
 
 
 def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden", idle=0.0, backpressure=0.0,
-                seed=1):
+                seed=1, actions=None):
     """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
 
     Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
@@ -175,7 +194,8 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
     params = block.resolve(params)
     check_ctl_events(block, params, ctl_events)
     frames = read_pcap(pcap_in)
-    expected = _golden_frames(block, params, frames, ctl_events)
+    check_actions(block, frames, actions)
+    expected = _golden_frames(block, params, frames, ctl_events, actions)
     if engine == "golden":
         write_pcap(pcap_out, expected)
         return len(expected)
@@ -184,7 +204,9 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:
         ctl = pathlib.Path(tmp) / "ctl.jsonl"
         write_events(ctl, ctl_events)
-        env = {"LBPIPE_CTL": str(ctl), "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
+        acts = pathlib.Path(tmp) / "actions.jsonl"
+        write_events(acts, actions or [])
+        env = {"LBPIPE_CTL": str(ctl), "LBPIPE_ACTIONS": str(acts), "LBPIPE_PARAMS": json.dumps(params), "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
                "LBPIPE_PCAP_OUT": str(pathlib.Path(pcap_out).resolve()), "LBPIPE_IDLE": str(idle),
                "LBPIPE_BACKPRESSURE": str(backpressure), "LBPIPE_SEED": str(seed)}
         run_cocotb(path, toplevel="lbpipe_top", test_module=block.tb_module, testcase="replay", extra_env=env)

@@ -120,10 +120,11 @@ def unpack(layout, word):
     return {name: (word >> offset) & ((1 << width) - 1) for name, offset, width in layout_fields(layout)}
 
 
-def read_events(path, *, allow_empty=False):
+def read_events(path, *, allow_empty=False, kinds=("ctl", "item")):
     """Read a JSONL trace into a list of events.
 
-    Each event has exactly one of ``ctl`` or ``item``, whose value is an object of integer fields; anything else
+    Each event has exactly one key of ``kinds`` (``ctl`` or ``item``; an action file's is ``act``), whose value is an
+    object of integer fields; anything else
     raises :class:`TraceError` naming the file and line, as does a file with no events (empty, or only comments)
     unless ``allow_empty``."""
     events = Events(path)
@@ -140,9 +141,10 @@ def read_events(path, *, allow_empty=False):
             event = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}:{number}: not JSON: {exc}") from None
-        if not isinstance(event, dict) or ("ctl" in event) == ("item" in event):
-            raise TraceError(f"{path}:{number}: an event has exactly one of 'ctl' or 'item'")
-        kind = "ctl" if "ctl" in event else "item"
+        present = [k for k in kinds if isinstance(event, dict) and k in event]
+        if len(present) != 1:
+            raise TraceError(f"{path}:{number}: an event has exactly one of {' or '.join(map(repr, kinds))}")
+        kind = present[0]
         body = event[kind]
         if not isinstance(body, dict):
             raise TraceError(f"{path}:{number}: '{kind}' takes an object of fields, not {json.dumps(body)}")

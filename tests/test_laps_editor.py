@@ -300,3 +300,35 @@ def test_laps_editor_cocotb_small_depth():
 def test_laps_editor_cocotb_long(seed):
     _run("random_traffic", env={"LAPS_FRAMES": "2000", "LAPS_SEED": str(seed)})
     _run("random_traffic_pauses", env={"LAPS_FRAMES": "2000", "LAPS_SEED": str(seed)})
+
+
+def test_cli_replay_golden_and_rtl_identical(tmp_path):
+    """``lbpipe trace laps-editor`` writes frames and their actions; ``lbpipe replay`` runs them through the golden
+    model and the RTL (with pauses on both sides), which send the same frames."""
+    from lbpipe.cli import main
+    from lbpipe.trace import read_events, read_pcap
+    args = ["--param", "depth=64"]
+    assert main(["trace", "laps-editor", *args, "-n", "30", "--seed", "4", "-o", str(tmp_path / "in.pcap")]) == 0
+    acts = tmp_path / "in.actions.jsonl"
+    assert len(read_events(acts, kinds=("act",))) == len(read_pcap(tmp_path / "in.pcap")) == 30
+    common = ["replay", "laps-editor", str(tmp_path / "in.pcap"), *args, "--actions", str(acts)]
+    assert main([*common, "-o", str(tmp_path / "g.pcap")]) == 0
+    assert main([*common, "--engine", "rtl", "--idle", "0.2", "--backpressure", "0.3", "-o",
+                 str(tmp_path / "r.pcap")]) == 0
+    golden = read_pcap(tmp_path / "g.pcap")
+    assert golden and golden == read_pcap(tmp_path / "r.pcap")
+
+
+def test_cli_replay_rejects_bad_actions(tmp_path, capsys):
+    from lbpipe.cli import main
+    from lbpipe.trace import write_pcap
+    write_pcap(tmp_path / "in.pcap", [bytes(80), bytes(90)])
+    (tmp_path / "one.jsonl").write_text('{"act": {"op": 1}}\n')
+    (tmp_path / "wide.jsonl").write_text('{"act": {"op": 1}}\n{"act": {"op": 9}}\n')
+    base = ["replay", "laps-editor", str(tmp_path / "in.pcap"), "-o", str(tmp_path / "o.pcap")]
+    assert main(base) == 2
+    assert "needs its per-frame actions" in capsys.readouterr().err
+    assert main([*base, "--actions", str(tmp_path / "one.jsonl")]) == 2
+    assert "1 actions for 2 frames" in capsys.readouterr().err
+    assert main([*base, "--actions", str(tmp_path / "wide.jsonl")]) == 2
+    assert "wide.jsonl:2: field op=9 does not fit" in capsys.readouterr().err

@@ -67,9 +67,21 @@ class Block:
     #: Packet pipelines: ``"module:function"`` of ``f(seed, n_frames, **params) -> (commands, frames)``, the seeded
     #: traffic ``lbpipe trace`` writes as a pcap file and its control commands.
     pcap_trace: Optional[str] = None
+    #: Packet stages driven by one action per frame (the LAPS header editor): ``"module:function"`` of the action
+    #: layout; ``lbpipe replay`` then takes the actions from a JSON Lines file of ``{"act": {...}}`` lines, one per
+    #: frame, and the golden model is ``process(frame, action) -> [frames]``.
+    actions: Optional[str] = None
     #: Metadata blocks: ``"module:function"`` of ``f(seed, n_items, **params) -> events``, the seeded random trace
     #: ``lbpipe trace`` writes and the generic tests replay.
     trace: Optional[str] = None
+
+    def action_layout(self):
+        """The layout of the block's per-frame action, or None."""
+        if self.actions is None:
+            return None
+        import importlib
+        module, name = self.actions.split(":")
+        return getattr(importlib.import_module(module), name)()
 
     def trace_generator(self):
         """The block's random trace generator ``f(seed, n_items, **params)``, or None."""

@@ -110,10 +110,12 @@ BLOCKS = [
             Param("laps_port", 0xC1A5, "UDP destination port INSERT writes, 1 to 65535 but not 4791"),
         ],
         build=load("lbpipe.hdl.packet.laps_editor:LapsEditor"),
-        golden=None,
+        golden=load("lbpipe.sim.packet.laps_editor:LapsEditor"),
         golden_ref="lbpipe.sim.packet.laps_editor:LapsEditor",
         tb_module="lbpipe.tb.packet.test_laps_editor",
         doc="docs/packet_io.md",
         interface="packet",
+        actions="lbpipe.hdl.packet.laps_editor:LapsEdit",
+        pcap_trace="lbpipe.tb.packet.test_laps_editor:pcap_trace",
     ),
 ]

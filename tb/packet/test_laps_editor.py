@@ -21,7 +21,7 @@ from lbpipe.sim.packet.laps_editor import LapsEditor as Golden
 from lbpipe.trace import pack
 from lbpipe.tb.lib.harness import AxisBench
 
-__all__ = ["random_items"]
+__all__ = ["random_items", "pcap_trace"]
 
 BEAT = 64
 COUNTER_NAMES = ("passed", "updated", "inserted", "removed", "dropped", "refused")
@@ -77,6 +77,13 @@ def random_items(rng, n, *, port, size_range=(60, 2000), p_drop=0.1, ops=(0, 1, 
     return items
 
 
+def pcap_trace(seed, n_frames, *, depth, user_width, laps_port):
+    """``lbpipe trace laps-editor``: ``n_frames`` of :func:`random_items` that fit the buffer, ``(frames, actions)``."""
+    rng = random.Random(seed)
+    items = random_items(rng, n_frames, port=laps_port, size_range=(60, min(2000, depth * BEAT)))
+    return [f for f, _ in items], [a for _, a in items]
+
+
 def sized_item(rng, size, op, *, port):
     """A frame of exactly ``size`` bytes (IPv4, no tags) with an action ``op`` that applies."""
     from lbpipe.tb.lib.packets import laps_frame
@@ -94,10 +101,10 @@ def sized_item(rng, size, op, *, port):
 class TB(AxisBench):
     """Clock, reset, source and sink, an action driver, the golden model and the scoreboard."""
 
-    def __init__(self, dut, *, pauses=None, seed=1):
+    def __init__(self, dut, *, pauses=None, seed=1, depth=None, port=None):
         super().__init__(dut, seed=seed, pauses=pauses, quiet=True)
-        self.depth = int(os.environ.get("LAPS_DEPTH", "64"))
-        self.port = int(os.environ.get("LAPS_PORT", str(0xC1A5)))
+        self.depth = depth or int(os.environ.get("LAPS_DEPTH", "64"))
+        self.port = port or int(os.environ.get("LAPS_PORT", str(0xC1A5)))
         self.user_width = len(dut.s_axis_tuser)
         self.layout = LapsEdit()
         self.model = Golden(depth=self.depth, user_width=self.user_width, laps_port=self.port)
@@ -317,3 +324,34 @@ async def reset_mid_traffic(dut):
         tb.send(frame, action)
     errors += await tb.check()
     _fail_on(errors)
+
+
+@cocotb.test()
+async def replay(dut):
+    """``lbpipe replay laps-editor IN.pcap --actions ACTS --engine rtl``: each frame with its action, pauses on
+    ``s_axis`` and back-pressure on ``m_axis`` as ``LBPIPE_IDLE`` and ``LBPIPE_BACKPRESSURE`` say; every frame that
+    leaves until none has for 2,000 cycles after the last action was taken goes to ``LBPIPE_PCAP_OUT``."""
+    import json
+    from lbpipe.trace import read_events, read_pcap, write_pcap
+    params = json.loads(os.environ["LBPIPE_PARAMS"])
+    idle = float(os.environ.get("LBPIPE_IDLE", "0"))
+    backpressure = float(os.environ.get("LBPIPE_BACKPRESSURE", "0"))
+    pauses = (idle, backpressure) if idle or backpressure else None
+    tb = TB(dut, pauses=pauses, seed=int(os.environ.get("LBPIPE_SEED", "1")), depth=params["depth"],
+            port=params["laps_port"])
+    await tb.reset()
+    frames = read_pcap(os.environ["LBPIPE_PCAP_IN"])
+    actions = [event["act"] for event in read_events(os.environ["LBPIPE_ACTIONS"], kinds=("act",),
+                                                     allow_empty=True)]
+    for frame, action in zip(frames, actions):
+        tb.send(frame, action)
+    out = []
+    quiet = 0
+    while quiet < 2000 or tb.taken < tb.queued or not tb.source.empty():
+        await RisingEdge(dut.clk)
+        if tb.sink.empty():
+            quiet += 1
+        else:
+            out.append(bytes(tb.sink.recv_nowait(compact=True).tdata))
+            quiet = 0
+    write_pcap(os.environ["LBPIPE_PCAP_OUT"], out)
