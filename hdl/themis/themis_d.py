@@ -18,7 +18,7 @@ NACK to the sender on the NIC's behalf. The golden model :mod:`lbpipe.sim.themis
 
 Pipeline: input register, residue stage, read-modify-write stage (flow table read there and written back the same
 cycle; the one write a read can miss is forwarded), a result register, and a three-entry skid buffer whose head is
-the output register.
+the output register (``ThemisD.elaborate`` draws it; ``_NackScan`` is the NACK scan engine).
 Data items flow at one per clock. A NACK with a flow-table hit holds the read-modify-write stage for ``scanned + 6``
 cycles (one queue entry read per cycle, five stages to a decision; 3 cycles when the queue is empty or the entry
 idle); items behind it wait. Reset clears the flow table, one entry per cycle, with both inputs not ready meanwhile.
@@ -179,42 +179,126 @@ class ThemisD(wiring.Component):
         return 1
 
     def elaborate(self, platform):
+        """Compose the pipeline of the datasheet ("Pipeline and timing")::
+
+            ctl --+  input      residue         read-modify-write                result       skid buffer
+                  +-> s1 -----> s2 ----------> s3 ----------------------------> res_q -----> 3 entries, head --> o
+            i ----+  commands   PSN mod N;      flow entry read (forwarded),                  o.payload
+                     first      flow read       tested and written back;
+                                issued          PSN push; a NACK holds the
+                                                stage for its queue scan
+            cycles   1          1               1                                1            1             = 5
+
+        The read-modify-write stage is an FSM: CLEAR (after reset, clears the flow table) -> RUN (one item per
+        clock); a NACK with a flow-table hit goes RUN -> SCAN (the scan engine reads its PSN queue) -> DONE (write
+        back, result) -> RUN. ``adv`` moves the front (s1 to s3, the flow read). Each helper's docstring says what
+        its stage registers. The helpers are called in the order their logic was written before the split (it sets the
+        order of the netlist's cells, which Yosys's results depend on): keep it.
+        """
         m = Module()
-        Q, N, W = self._queue_depth, self._n_paths, self._entry_bits
-        qb = _bits(self._n_qps)
-        entry_layout = FlowEntry(queue_depth=Q, n_paths=N)
+        flow_rd, flow_wr, queues, psn_mod = self._memories(m)
+        s1, s2, s3 = self._stage_registers()
+        adv = Signal()      # the front advances: s1 to s3 load and the next item's flow read is issued
+        result, produce, can_out = self._result_register_and_skid_buffer(m)
+        self._statistics(m, result, produce)
 
-        m.submodules.flows = flows = memory.Memory(shape=entry_layout, depth=self._n_qps, init=[])
+        fe, fwd, last_wr = self._forwarded_flow_entry(m, flow_rd)
+        is_data, starts_scan = self._decode_rmw_item(m, s3, fe)
+        self._input_and_residue_stages(m, adv, psn_mod, flow_rd, s1, s2, s3)
+        data_entry, cancel, comp = self._data_update(m, s3, fe, flow_rd, fwd, last_wr)
+        scan = _NackScan(queue_depth=self._queue_depth, n_paths=self._n_paths, entry_bits=self._entry_bits,
+                         entry_layout=self._flow_entry_layout(), rd_data=queues.rd_data)
+        scan.distance_pipeline(m)
+        # Queue addresses do not depend on the state: only the write enable and the scan's valid bits do.
+        m.d.comb += [
+            queues.wr_base.eq(s3.base), queues.wr_pos.eq(fe.ring.tail),
+            queues.wr_data.eq(s3.item.psn[:self._entry_bits]),
+            queues.rd_base.eq(s3.base), queues.rd_pos.eq(scan.pos),
+        ]
+        nack_entry = scan.write_back_entry(m)
+        m.d.comb += flow_wr.addr.eq(s3.item.qp)     # CLEAR overrides it
+
+        with m.FSM(init="CLEAR"):
+            with m.State("CLEAR"):
+                self._clear_flow_table(m, flow_wr)      # then RUN
+            with m.State("RUN"):
+                m.d.comb += adv.eq(can_out & ~starts_scan)
+                with m.If(starts_scan):
+                    scan.start(m, s3.item, s3.res, fe)
+                    m.next = "SCAN"
+                self._rmw_write(m, adv, s3, flow_wr, queues, data_entry)
+                self._rmw_result(m, adv, s3, fe, result, produce, is_data, cancel, comp)
+            with m.State("SCAN"):
+                with m.If(scan.step(m)):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += adv.eq(can_out)
+                with m.If(can_out):
+                    m.d.comb += [flow_wr.data.eq(nack_entry), flow_wr.en.eq(scan.active)]
+                    self._nack_result(m, scan, s3.item, result, produce)
+                    m.next = "RUN"
+        self._remember_flow_write(m, adv, flow_wr, s2, fwd, last_wr)
+        return m
+
+    # -- stages of elaborate; each adds its logic to the block's module ---------------------------------------------
+
+    def _flow_entry_layout(self):
+        """The flow table's entry layout at this block's parameters."""
+        return FlowEntry(queue_depth=self._queue_depth, n_paths=self._n_paths)
+
+    def _memories(self, m):
+        """Add the flow table (one :func:`FlowEntry` per QP), the PSN queues (one ring of ``queue_depth`` entries
+        per QP in one :class:`RingMemory`) and the PSN mod N pipeline; return the flow table's read and write ports,
+        the PSN queues and the ModN."""
+        m.submodules.flows = flows = memory.Memory(shape=self._flow_entry_layout(), depth=self._n_qps, init=[])
         flow_wr = flows.write_port()
-        # Not transparent: the read-modify-write stage forwards the one write it can miss itself (below), so that
-        # the compensation test runs on the memory data and the forwarded entry in parallel.
+        # Not transparent: the read-modify-write stage forwards the one write it can miss itself
+        # (``_forwarded_flow_entry``), so that the compensation test runs on the memory data and the forwarded entry
+        # in parallel.
         flow_rd = flows.read_port()
-        m.submodules.queues = queues = RingMemory(n_rings=self._n_qps, depth=Q, shape=W)
+        m.submodules.queues = queues = RingMemory(n_rings=self._n_qps, depth=self._queue_depth, shape=self._entry_bits)
+        m.submodules.psn_mod = psn_mod = ModN(width=PSN_BITS, n=self._n_paths)
+        return flow_rd, flow_wr, queues, psn_mod
 
-        m.submodules.psn_mod = psn_mod = ModN(width=PSN_BITS, n=N)
+    def _stage_registers(self):
+        """Create (not drive) the front's stage registers: ``s1`` (input register), ``s2`` (residue stage) and
+        ``s3`` (entry of the read-modify-write stage), each a :class:`_StageRegisters`; ``s3`` also has ``res``
+        (PSN mod N), ``base`` (the QP's first PSN-queue entry) and the item's class ``nack``, ``data``, ``setup``,
+        ``teardown`` (see ``_input_and_residue_stages``)."""
+        s1, s2, s3 = (_StageRegisters(name, n_qps=self._n_qps) for name in ("s1", "s2", "s3"))
+        s3.res = Signal(residue_bits(self._n_paths), name="s3_res")
+        s3.base = Signal(range(max(2, self._n_qps * self._queue_depth)), name="s3_base")
+        # Every NACK with a flow-table hit enters the scan state, active QP or not: the stall decision then depends
+        # only on registers (s3_nack), not on the flow table's read data.
+        s3.nack = Signal(name="s3_nack")
+        s3.data = Signal(name="s3_data")      # a data packet with a flow-table hit (active entry or not)
+        s3.setup = Signal(name="s3_setup")
+        s3.teardown = Signal(name="s3_teardown")
+        return s1, s2, s3
 
-        # Stage records. ``hit`` is qp_hit with qp in range (or, for a command, index in range).
-        def stage(name):
-            return dict(
-                valid=Signal(name=f"{name}_valid"),
-                ctl=Signal(name=f"{name}_ctl"),
-                table=Signal(8, name=f"{name}_table"),
-                hit=Signal(name=f"{name}_hit"),
-                item=Signal(ThemisDItem(n_qps=self._n_qps), name=f"{name}_item"),
-            )
-        s1, s2, s3 = stage("s1"), stage("s2"), stage("s3")
-        s3_res = Signal(residue_bits(N))
-        s3_base = Signal(range(max(2, self._n_qps * Q)))
+    def _result_register_and_skid_buffer(self, m):
+        """Result register and three-entry skid buffer: 2 cycles of latency, the last two of the block's 5.
 
-        # A result is registered (``res_q``), then goes through a three-entry skid buffer whose head is the output
-        # register: the result register keeps the read-modify-write stage's decision logic apart from the skid
-        # buffer's multiplexers. The pipeline advances while the result register and the buffer hold at most two
-        # items between them, a registered fact, so neither out.ready nor out.valid reaches the pipeline's enables
-        # (their fan-out is every stage register); three entries let one item per clock flow with the output
-        # register full. Unthrottled, the buffer never holds more than one item.
+        Registers the read-modify-write stage's ``result`` in ``res_q`` (``res_v`` when ``produce`` was high), then
+        in a three-entry skid buffer whose head is the output register ``o.payload`` (``skid1`` and ``skid2``
+        behind it, ``skid_count`` entries; ``o.valid`` is ``skid_count != 0``). The result register keeps the
+        read-modify-write stage's decision logic apart from the skid buffer's multiplexers. ``can_out``, the
+        condition for the pipeline to advance, is that the result register and the buffer hold at most two items
+        between them, a registered fact, so neither ``o.ready`` nor ``o.valid`` reaches the pipeline's enables (their
+        fan-out is every stage register); three entries let one item per clock flow with the output register full.
+        Unthrottled, the buffer never holds more than one item.
+
+        Returns
+        -------
+        result : Signal(ThemisDResult)
+            The read-modify-write stage's result (combinational), registered when ``produce`` is high.
+        produce : Signal
+            Driven by the read-modify-write stage.
+        can_out : Signal
+        """
         can_out = Signal()
         produce = Signal()
-        result = Signal(ThemisDResult(n_qps=self._n_qps, queue_depth=Q))
+        result = Signal(ThemisDResult(n_qps=self._n_qps, queue_depth=self._queue_depth))
         res_q = Signal.like(result)
         res_v = Signal()
         m.d.sync += [res_q.eq(result), res_v.eq(produce)]
@@ -240,36 +324,57 @@ class ThemisD(wiring.Component):
                     m.d.sync += self.o.payload.eq(res_q)
                 with m.Else():
                     m.d.sync += [self.o.payload.eq(skid1), skid1.eq(res_q)]
-        adv = Signal()
-        # Statistics: one counter per verdict, counted as results are produced.
+        return result, produce, can_out
+
+    def _statistics(self, m, result, produce):
+        """Register ``stats``: one 32-bit counter per verdict, counting results as they are produced (beside the
+        item path: no latency)."""
         with m.If(produce):
             for v in ThemisDVerdict:
                 with m.If(result.verdict == v):
                     counter = self.stats.word_select(v.value, 32)
                     m.d.sync += counter.eq(counter + 1)
 
-        # The entry as the item must see it: the memory's, or the one written in the cycle the item's read was
-        # issued (a read-before-write memory misses that write). ``fwd`` is decided a cycle early, from addresses
-        # in registers.
-        fwd = Signal()
-        last_wr = Signal(entry_layout)
-        fe = Signal(entry_layout)
-        m.d.comb += fe.eq(Mux(fwd, last_wr, flow_rd.data))
-        item = s3["item"]
-        active = Signal()
-        m.d.comb += active.eq(s3["valid"] & ~s3["ctl"] & s3["hit"] & fe.active)
-        is_data = active & (item.kind == PacketKind.DATA)
-        # Every NACK with a flow-table hit enters the scan state, active QP or not: the stall decision then
-        # depends only on registers (s3_nack), not on the flow table's read data.
-        s3_nack = Signal()
-        s3_data = Signal()      # a data packet with a flow-table hit (active entry or not)
-        s3_setup = Signal()
-        s3_teardown = Signal()
-        starts_scan = Signal()
-        m.d.comb += starts_scan.eq(s3_nack)
-        sc_active = Signal()
+    def _forwarded_flow_entry(self, m, flow_rd):
+        """The flow entry as the read-modify-write stage's item must see it (combinational, no latency).
 
-        # -- front of the pipeline: commands take priority over packets ------------------------------------------
+        That is the memory's, or the one written in the cycle the item's read was issued (a read-before-write memory
+        misses that write). ``fwd`` and ``last_wr`` are registered by ``_remember_flow_write``: ``fwd`` is decided a
+        cycle early, from addresses in registers.
+
+        Returns
+        -------
+        fe : Signal(FlowEntry)
+        fwd : Signal
+        last_wr : Signal(FlowEntry)
+        """
+        fwd = Signal()
+        last_wr = Signal(self._flow_entry_layout())
+        fe = Signal(self._flow_entry_layout())
+        m.d.comb += fe.eq(Mux(fwd, last_wr, flow_rd.data))
+        return fe, fwd, last_wr
+
+    def _decode_rmw_item(self, m, s3, fe):
+        """Classify the read-modify-write stage's item (combinational): ``is_data``, a data packet of an active
+        entry; ``starts_scan``, a NACK with a flow-table hit (from the registered ``s3.nack`` only)."""
+        active = Signal()
+        m.d.comb += active.eq(s3.valid & ~s3.ctl & s3.hit & fe.active)
+        is_data = active & (s3.item.kind == PacketKind.DATA)
+        starts_scan = Signal()
+        m.d.comb += starts_scan.eq(s3.nack)
+        return is_data, starts_scan
+
+    def _input_and_residue_stages(self, m, adv, psn_mod, flow_rd, s1, s2, s3):
+        """Input register ``s1``, residue stage ``s2`` and the registers ``s3`` entering the read-modify-write
+        stage: 1 cycle each, all loaded when ``adv``; the block's first 3 cycles of latency.
+
+        ``s1`` takes a command when one is offered (commands take priority over packets: ``i.ready`` is low then),
+        else the input item; its ``hit`` is ``qp_hit`` with ``qp`` in range (a command: ``index`` in range). ``psn_mod``
+        follows the item through ``s1`` and ``s2`` and its PSN mod N is registered in ``s3.res``. As the item moves
+        from ``s2`` to ``s3``, its flow-table read is issued, and ``s3`` registers its QP's PSN-queue base and its
+        class, so that the read-modify-write stage's stall and write selects come from registers.
+        """
+        qb = _bits(self._n_qps)
         m.d.comb += [
             self.ctl.ready.eq(adv),
             self.i.ready.eq(adv & ~self.ctl.valid),
@@ -279,55 +384,57 @@ class ThemisD(wiring.Component):
         with m.If(adv):
             with m.If(self.ctl.valid):
                 m.d.sync += [
-                    s1["valid"].eq(1), s1["ctl"].eq(1), s1["table"].eq(self.ctl.payload.table),
-                    s1["hit"].eq(self.ctl.payload.index < self._n_qps),
-                    s1["item"].eq(0), s1["item"].qp.eq(self.ctl.payload.index[:qb]),
+                    s1.valid.eq(1), s1.ctl.eq(1), s1.table.eq(self.ctl.payload.table),
+                    s1.hit.eq(self.ctl.payload.index < self._n_qps),
+                    s1.item.eq(0), s1.item.qp.eq(self.ctl.payload.index[:qb]),
                 ]
             with m.Else():
                 m.d.sync += [
-                    s1["valid"].eq(self.i.valid), s1["ctl"].eq(0), s1["table"].eq(0),
-                    s1["hit"].eq(self.i.payload.qp_hit & (self.i.payload.qp < self._n_qps)),
-                    s1["item"].eq(self.i.payload),
+                    s1.valid.eq(self.i.valid), s1.ctl.eq(0), s1.table.eq(0),
+                    s1.hit.eq(self.i.payload.qp_hit & (self.i.payload.qp < self._n_qps)),
+                    s1.item.eq(self.i.payload),
                 ]
-            for key in ("valid", "ctl", "table", "hit", "item"):
-                m.d.sync += [s2[key].eq(s1[key]), s3[key].eq(s2[key])]
+            for key in _StageRegisters.FIELDS:
+                m.d.sync += [getattr(s2, key).eq(getattr(s1, key)), getattr(s3, key).eq(getattr(s2, key))]
             m.d.sync += [
-                s3_res.eq(psn_mod.o), s3_base.eq(ring_base(s2["item"].qp, Q)),
-                s3_nack.eq(s2["valid"] & ~s2["ctl"] & s2["hit"] & (s2["item"].kind == PacketKind.NACK)),
-                s3_data.eq(s2["valid"] & ~s2["ctl"] & s2["hit"] & (s2["item"].kind == PacketKind.DATA)),
-                s3_setup.eq(s2["valid"] & s2["ctl"] & s2["hit"] & (s2["table"] == TABLE_QP_SETUP)),
-                s3_teardown.eq(s2["valid"] & s2["ctl"] & s2["hit"] & (s2["table"] == TABLE_QP_TEARDOWN)),
+                s3.res.eq(psn_mod.o), s3.base.eq(ring_base(s2.item.qp, self._queue_depth)),
+                s3.nack.eq(s2.valid & ~s2.ctl & s2.hit & (s2.item.kind == PacketKind.NACK)),
+                s3.data.eq(s2.valid & ~s2.ctl & s2.hit & (s2.item.kind == PacketKind.DATA)),
+                s3.setup.eq(s2.valid & s2.ctl & s2.hit & (s2.table == TABLE_QP_SETUP)),
+                s3.teardown.eq(s2.valid & s2.ctl & s2.hit & (s2.table == TABLE_QP_TEARDOWN)),
             ]
-
         m.d.comb += [
-            flow_rd.addr.eq(Mux(s2["hit"], s2["item"].qp, 0)),
+            flow_rd.addr.eq(Mux(s2.hit, s2.item.qp, 0)),
             flow_rd.en.eq(adv),
         ]
 
-        out = result
-        def load_out(verdict, drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, scanned=0):
-            return [
-                out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
-                out.msn.eq(item.msn), out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop),
-                out.arm.eq(arm), out.comp.eq(comp), out.comp_psn.eq(comp_psn), out.comp_msn.eq(comp_msn), out.scanned.eq(scanned),
-            ]
+    def _data_update(self, m, s3, fe, flow_rd, fwd, last_wr):
+        """A data packet's compensation test and its flow entry after the PSN push (combinational, in the
+        read-modify-write stage: no latency).
 
-        # -- data packet: compensation check and enqueue -----------------------------------------------------------
-        psn = item.psn
+        Returns
+        -------
+        data_entry : Signal(FlowEntry)
+            ``fe`` with the PSN pushed on its ring and Valid cleared by a cancel or a compensation.
+        cancel, comp : Signal
+            The PSN is BePSN (``DATA_CANCEL``); it is after BePSN on BePSN's path (``DATA_COMP``). Both only while
+            Valid.
+        """
+        psn = s3.item.psn
         # "After BePSN" is 0 < psn - BePSN < 2**23; with psn == BePSN tested in parallel by equality, only the
         # sign of the difference is left after the carry chain. The test runs on both candidate entries and the
         # forwarding choice comes last, off the carry chain's path.
         def compensation(entry):
             cancel = entry.valid & (psn == entry.bepsn)
-            comp = entry.valid & ~cancel & ~(psn - entry.bepsn)[PSN_BITS - 1] & (s3_res == entry.bres)
+            comp = entry.valid & ~cancel & ~(psn - entry.bepsn)[PSN_BITS - 1] & (s3.res == entry.bres)
             return cancel, comp
         cancel_mem, comp_mem = compensation(flow_rd.data)
         cancel_fwd, comp_fwd = compensation(last_wr)
         cancel = Signal()
         comp = Signal()
         m.d.comb += [cancel.eq(Mux(fwd, cancel_fwd, cancel_mem)), comp.eq(Mux(fwd, comp_fwd, comp_mem))]
-        pushed, _ = ring_push(fe.ring, Q, overwrite=True)
-        data_entry = Signal(entry_layout)
+        pushed, _ = ring_push(fe.ring, self._queue_depth, overwrite=True)
+        data_entry = Signal(self._flow_entry_layout())
         m.d.comb += [
             data_entry.eq(fe),
             data_entry.valid.eq(fe.valid & ~cancel & ~comp),
@@ -335,31 +442,149 @@ class ThemisD(wiring.Component):
             data_entry.ring.tail.eq(pushed["tail"]),
             data_entry.ring.count.eq(pushed["count"]),
         ]
+        return data_entry, cancel, comp
 
-        # -- NACK scan state ---------------------------------------------------------------------------------------
-        e_t = Signal(W)          # ePSN truncated to an entry
-        e_psn = Signal(PSN_BITS)
-        e_msn = Signal(24)
-        e_res = Signal(residue_bits(N))
-        sc_entry = Signal(entry_layout)   # the QP's entry as read when the scan began
-        sc_pos = Signal(_bits(Q))
-        sc_left = Signal(Q.bit_length())
-        # The scan is a pipeline: read, register the read data (the PSN queue spans many BRAMs and their output
-        # multiplexer is deep), distance to ePSN, table look-ups, decision. Each stage has a valid bit.
-        sc_pending = Signal()    # a queue read was issued last cycle: its data reaches x next cycle
-        x = queues.rd_data       # registered in the ring memory
-        x_valid = Signal()
-        d = Signal(W)
-        d_wraps = Signal()
-        d_valid = Signal()
-        f_after = Signal()       # flags of the entry being decided on
-        f_same = Signal()
-        f_is_e = Signal()
-        f_valid = Signal()
-        sc_phase2 = Signal()
-        sc_n1 = Signal(Q.bit_length())
-        sc_scanned = Signal(Q.bit_length())
-        sc_verdict = Signal(ThemisDVerdict)
+    def _clear_flow_table(self, m, flow_wr):
+        """State CLEAR, after reset: write an idle entry to ``clr_addr`` (registered, counting up), one per cycle,
+        then go to RUN. ``adv`` stays low meanwhile, so both inputs are not ready."""
+        clr_addr = Signal(_bits(self._n_qps))
+        m.d.comb += [flow_wr.addr.eq(clr_addr), flow_wr.data.eq(0), flow_wr.en.eq(1)]
+        m.d.sync += clr_addr.eq(clr_addr + 1)
+        with m.If(clr_addr == self._n_qps - 1):
+            m.d.sync += clr_addr.eq(0)
+            m.next = "RUN"
+
+    def _rmw_write(self, m, adv, s3, flow_wr, queues, data_entry):
+        """State RUN, the write half of the read-modify-write stage: write back the item's flow entry (set-up: active
+        and empty; tear-down: idle; data: ``data_entry``) and push a data packet's PSN on its queue, as the item
+        leaves the stage. Enables and data selection come from registered flags only."""
+        # A data packet of an idle entry updates that entry's ring too: harmless, as set-up empties the ring and the
+        # entry stays idle (its Valid is 0, so no compensation); its output still says PASS.
+        with m.If(s3.setup):
+            m.d.comb += flow_wr.data.eq(1)
+        with m.Elif(s3.data):
+            m.d.comb += flow_wr.data.eq(data_entry)
+        m.d.comb += [
+            flow_wr.en.eq(adv & (s3.setup | s3.teardown | s3.data)),
+            queues.wr_en.eq(adv & s3.data),
+        ]
+
+    def _rmw_result(self, m, adv, s3, fe, result, produce, is_data, cancel, comp):
+        """State RUN, the result of every item but a NACK with a flow-table hit (combinational; the result register
+        loads it): a data packet of an active entry gets DATA, DATA_COMP (with BePSN and its MSN) or DATA_CANCEL,
+        everything else PASS. Commands produce no result."""
+        m.d.comb += produce.eq(adv & s3.valid & ~s3.ctl)
+        with m.If(is_data):
+            m.d.comb += _load_result(
+                result, s3.item,
+                Mux(cancel, ThemisDVerdict.DATA_CANCEL, Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
+                comp=comp, comp_psn=Mux(comp, fe.bepsn, 0), comp_msn=Mux(comp, fe.bmsn, 0))
+        with m.Else():
+            m.d.comb += _load_result(result, s3.item, ThemisDVerdict.PASS)
+
+    def _nack_result(self, m, scan, item, result, produce):
+        """State DONE, when the result register can take it: the NACK's result (combinational), its verdict for an
+        active entry and PASS for an idle one. A blocked or late NACK is dropped; ``arm`` marks the blocked NACK that
+        changed (BePSN, Valid)."""
+        drop = (scan.verdict == ThemisDVerdict.NACK_BLOCKED) | (scan.verdict == ThemisDVerdict.NACK_LATE)
+        m.d.comb += produce.eq(1)
+        with m.If(scan.active):
+            arm = scan.may_update & (scan.verdict == ThemisDVerdict.NACK_BLOCKED)
+            m.d.comb += _load_result(result, item, scan.verdict, drop=drop, arm=arm, scanned=scan.scanned)
+        with m.Else():
+            m.d.comb += _load_result(result, item, ThemisDVerdict.PASS)
+
+    def _remember_flow_write(self, m, adv, flow_wr, s2, fwd, last_wr):
+        """Register ``fwd`` and ``last_wr`` for ``_forwarded_flow_entry``.
+
+        The next item to enter the read-modify-write stage has its flow read issued in a cycle where the pipeline
+        advances; if a write happens in that same cycle to the same entry, the read misses it: remember it."""
+        with m.If(adv):
+            m.d.sync += [
+                fwd.eq(flow_wr.en & s2.hit & (flow_wr.addr == s2.item.qp)),
+                last_wr.eq(flow_wr.data),
+            ]
+
+
+class _StageRegisters:
+    """One front stage's registers (see ``ThemisD._stage_registers``): ``valid``; ``ctl``, a command rather than a
+    packet; ``table``, the command's table; ``hit``, ``qp_hit`` with ``qp`` in range (a command: ``index`` in range);
+    ``item``, the packet's metadata (a command's index in ``item.qp``)."""
+
+    FIELDS = ("valid", "ctl", "table", "hit", "item")
+
+    def __init__(self, name, *, n_qps):
+        self.valid = Signal(name=f"{name}_valid")
+        self.ctl = Signal(name=f"{name}_ctl")
+        self.table = Signal(8, name=f"{name}_table")
+        self.hit = Signal(name=f"{name}_hit")
+        self.item = Signal(ThemisDItem(n_qps=n_qps), name=f"{name}_item")
+
+
+def _load_result(out, item, verdict, drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, scanned=0):
+    """Assignments of ``item``'s fields and the decision to the result ``out``."""
+    return [
+        out.kind.eq(item.kind), out.qp_hit.eq(item.qp_hit), out.qp.eq(item.qp), out.psn.eq(item.psn),
+        out.msn.eq(item.msn), out.tag.eq(item.tag), out.verdict.eq(verdict), out.drop.eq(drop),
+        out.arm.eq(arm), out.comp.eq(comp), out.comp_psn.eq(comp_psn), out.comp_msn.eq(comp_msn),
+        out.scanned.eq(scanned),
+    ]
+
+
+class _NackScan:
+    """The NACK scan engine: its registers, and the logic of the read-modify-write stage's SCAN state.
+
+    ``start`` (in RUN, for a NACK with a flow-table hit) registers ePSN (``e_t``, its low entry bits; ``e_psn``;
+    ``e_msn``; ``e_res``, PSN mod N) and the QP's entry as read (``sc_entry``, ``sc_active``). ``step`` (SCAN) then
+    issues one PSN-queue read per cycle (``sc_pos``, ``sc_left``, ``sc_pending``) and brings each entry through a
+    pipeline to a decision: the ring memory's registered read data ``x`` (the queue spans many BRAMs and their
+    output multiplexer is deep), the distance ``d`` to ePSN, the look-up flags ``f_*``, and the decision, which
+    updates ``sc_phase2``, ``sc_verdict``, ``sc_n1`` (entries to dequeue) and ``sc_scanned``. DONE writes
+    ``write_back_entry`` back. The engine holds the read-modify-write stage for ``scanned + 6`` cycles (3 when the
+    queue is empty or the entry idle); items behind the NACK wait; other items see no extra latency.
+    """
+
+    def __init__(self, *, queue_depth, n_paths, entry_bits, entry_layout, rd_data):
+        Q, N, W = queue_depth, n_paths, entry_bits
+        self._queue_depth = Q
+        self._n_paths = N
+        self._entry_bits = W
+        self.e_t = Signal(W)          # ePSN truncated to an entry
+        self.e_psn = Signal(PSN_BITS)
+        self.e_msn = Signal(24)
+        self.e_res = Signal(residue_bits(N))
+        self.entry = Signal(entry_layout, name="sc_entry")     # the QP's entry as read when the scan began
+        self.active = Signal(name="sc_active")
+        self.pos = Signal(_bits(Q), name="sc_pos")
+        self.left = Signal(Q.bit_length(), name="sc_left")
+        # Each stage of the scan pipeline has a valid bit.
+        self.pending = Signal(name="sc_pending")   # a queue read was issued last cycle: its data reaches x next cycle
+        self.x = rd_data                           # registered in the ring memory
+        self.x_valid = Signal()
+        self.d = Signal(W)
+        self.d_wraps = Signal()
+        self.d_valid = Signal()
+        self.f_after = Signal()       # flags of the entry being decided on
+        self.f_same = Signal()
+        self.f_is_e = Signal()
+        self.f_valid = Signal()
+        self.phase2 = Signal(name="sc_phase2")
+        self.n1 = Signal(Q.bit_length(), name="sc_n1")
+        self.scanned = Signal(Q.bit_length(), name="sc_scanned")
+        self.verdict = Signal(ThemisDVerdict, name="sc_verdict")
+        self.e_top_ones = Signal()
+        # Whether this NACK may change (BePSN, Valid); computed during the scan, registered for the write-back.
+        self.may_update = Signal()
+
+    def distance_pipeline(self, m):
+        """Register ``d`` (the entry ``x`` minus ePSN's low bits), ``d_wraps`` and the flags ``f_after``, ``f_is_e``,
+        ``f_same`` of ``d``: 2 of the scan pipeline's cycles.
+
+        The scan's data registers load every cycle, whatever the state: only their valid bits are gated, which
+        keeps the state decode out of the look-up paths.
+        """
+        N, W = self._n_paths, self._entry_bits
+        d, x, e_t = self.d, self.x, self.e_t
         # An entry d after ePSN has the full PSN ePSN + d (mod 2**24) and is on ePSN's path when that PSN and ePSN
         # agree mod N: d mod N == 0, or, when ePSN + d wraps past 2**24, d mod N == 2**24 mod N. Two constant bit
         # tables indexed by d give both answers. ePSN + d can only wrap when ePSN's bits above the entry are all
@@ -367,140 +592,84 @@ class ThemisD(wiring.Component):
         wrap_res = (1 << PSN_BITS) % N
         same_nowrap = Const(sum(1 << d for d in range(1 << W) if d % N == 0), 1 << W)
         same_wrap = Const(sum(1 << d for d in range(1 << W) if d % N == wrap_res), 1 << W)
-        e_top_ones = Signal()
-
         d_after = (d != 0) & ~d[W - 1]
-        # The scan's data registers load every cycle, whatever the state: only their valid bits are gated, which
-        # keeps the state decode out of the look-up paths.
         m.d.sync += [
-            d.eq(x - e_t), d_wraps.eq(e_top_ones & (x < e_t)),
-            f_after.eq(d_after), f_is_e.eq(d == 0),
-            f_same.eq(d_after & Mux(d_wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))),
+            d.eq(x - e_t), self.d_wraps.eq(self.e_top_ones & (x < e_t)),
+            self.f_after.eq(d_after), self.f_is_e.eq(d == 0),
+            self.f_same.eq(d_after & Mux(self.d_wraps, same_wrap.bit_select(d, 1), same_nowrap.bit_select(d, 1))),
         ]
 
-        # Queue addresses do not depend on the state: only the write enable and the scan's valid bits do.
-        m.d.comb += [
-            queues.wr_base.eq(s3_base), queues.wr_pos.eq(fe.ring.tail), queues.wr_data.eq(psn[:W]),
-            queues.rd_base.eq(s3_base), queues.rd_pos.eq(sc_pos),
-        ]
-        dropped = ring_drop(sc_entry.ring, sc_n1, Q)
-        nack_entry = Signal(entry_layout)
-        # Whether this NACK may change (BePSN, Valid); computed during the scan, registered for the write-back.
-        may_update = Signal()
-        m.d.sync += may_update.eq(~sc_entry.valid | ~_after(sc_entry.bepsn, e_psn, PSN_BITS))
+    def write_back_entry(self, m):
+        """The NACK's flow entry for DONE to write back (combinational from registers): the scanned ring with the
+        ``sc_n1`` entries before tPSN dequeued and, if the NACK may change (BePSN, Valid), armed (blocked) or
+        disarmed (any other verdict). Registers ``may_update`` during the scan."""
+        sc_entry = self.entry
+        dropped = ring_drop(sc_entry.ring, self.n1, self._queue_depth)
+        nack_entry = Signal.like(sc_entry)
+        m.d.sync += self.may_update.eq(~sc_entry.valid | ~_after(sc_entry.bepsn, self.e_psn, PSN_BITS))
         m.d.comb += [
             nack_entry.eq(sc_entry),
             nack_entry.ring.head.eq(dropped["head"]),
             nack_entry.ring.count.eq(dropped["count"]),
         ]
-        with m.If(may_update):
-            with m.If(sc_verdict == ThemisDVerdict.NACK_BLOCKED):
-                m.d.comb += [nack_entry.valid.eq(1), nack_entry.bepsn.eq(e_psn), nack_entry.bres.eq(e_res),
-                             nack_entry.bmsn.eq(e_msn)]
+        with m.If(self.may_update):
+            with m.If(self.verdict == ThemisDVerdict.NACK_BLOCKED):
+                m.d.comb += [nack_entry.valid.eq(1), nack_entry.bepsn.eq(self.e_psn), nack_entry.bres.eq(self.e_res),
+                             nack_entry.bmsn.eq(self.e_msn)]
             with m.Else():
                 m.d.comb += nack_entry.valid.eq(0)
+        return nack_entry
 
-        clr_addr = Signal(qb)
-        m.d.comb += flow_wr.addr.eq(item.qp)
+    def start(self, m, item, res, fe):
+        """In RUN, for a NACK with a flow-table hit: register ePSN, its MSN and residue ``res``, and the flow entry
+        ``fe``; aim the reads at the ring's head; clear the scan pipeline."""
+        W = self._entry_bits
+        m.d.sync += [
+            self.e_t.eq(item.psn[:W]), self.e_psn.eq(item.psn), self.e_msn.eq(item.msn), self.e_res.eq(res),
+            self.e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
+            self.entry.eq(fe), self.active.eq(fe.active),
+            self.pos.eq(fe.ring.head), self.left.eq(Mux(fe.active, fe.ring.count, 0)),
+            self.pending.eq(0), self.x_valid.eq(0), self.d_valid.eq(0), self.f_valid.eq(0),
+            self.phase2.eq(0), self.n1.eq(0), self.scanned.eq(0),
+        ]
 
-        with m.FSM(init="CLEAR"):
-            with m.State("CLEAR"):
-                m.d.comb += [flow_wr.addr.eq(clr_addr), flow_wr.data.eq(0), flow_wr.en.eq(1)]
-                m.d.sync += clr_addr.eq(clr_addr + 1)
-                with m.If(clr_addr == self._n_qps - 1):
-                    m.d.sync += clr_addr.eq(0)
-                    m.next = "RUN"
-
-            with m.State("RUN"):
-                m.d.comb += adv.eq(can_out & ~starts_scan)
-                with m.If(starts_scan):
-                    m.d.sync += [
-                        e_t.eq(item.psn[:W]), e_psn.eq(item.psn), e_msn.eq(item.msn), e_res.eq(s3_res),
-                        e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
-                        sc_entry.eq(fe), sc_active.eq(fe.active),
-                        sc_pos.eq(fe.ring.head), sc_left.eq(Mux(fe.active, fe.ring.count, 0)),
-                        sc_pending.eq(0), x_valid.eq(0), d_valid.eq(0), f_valid.eq(0),
-                        sc_phase2.eq(0), sc_n1.eq(0), sc_scanned.eq(0),
-                    ]
-                    m.next = "SCAN"
-                # The write's enable and data selection come from registered flags only. A data packet of an idle
-                # entry updates that entry's ring too: harmless, as set-up empties the ring and the entry stays idle
-                # (its Valid is 0, so no compensation); its output still says PASS.
-                with m.If(s3_setup):
-                    m.d.comb += flow_wr.data.eq(1)
-                with m.Elif(s3_data):
-                    m.d.comb += flow_wr.data.eq(data_entry)
-                m.d.comb += [
-                    flow_wr.en.eq(adv & (s3_setup | s3_teardown | s3_data)),
-                    queues.wr_en.eq(adv & s3_data),
-                ]
-                m.d.comb += produce.eq(adv & s3["valid"] & ~s3["ctl"])
-                with m.If(is_data):
-                    m.d.comb += load_out(
-                        Mux(cancel, ThemisDVerdict.DATA_CANCEL,
-                            Mux(comp, ThemisDVerdict.DATA_COMP, ThemisDVerdict.DATA)),
-                        comp=comp, comp_psn=Mux(comp, fe.bepsn, 0), comp_msn=Mux(comp, fe.bmsn, 0))
+    def step(self, m):
+        """One cycle of SCAN: decide on the entry whose flags are valid, issue the next queue read, advance the
+        valid bits. Return ``stop``, high in the cycle the verdict is settled (the FSM then goes to DONE)."""
+        decided = Signal()
+        phase2_next = Signal()
+        verdict_next = Signal(ThemisDVerdict)
+        m.d.comb += [phase2_next.eq(self.phase2), verdict_next.eq(self.verdict)]
+        m.d.sync += [self.x_valid.eq(self.pending), self.d_valid.eq(self.x_valid), self.f_valid.eq(self.d_valid)]
+        x_same, x_after, x_is_e = self.f_same, self.f_after, self.f_is_e
+        with m.If(self.f_valid):
+            m.d.sync += self.scanned.eq(self.scanned + 1)
+            with m.If(~self.phase2):
+                with m.If(x_same):
+                    m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
+                with m.Elif(x_after):
+                    m.d.comb += phase2_next.eq(1)
                 with m.Else():
-                    m.d.comb += load_out(ThemisDVerdict.PASS)
-
-            with m.State("SCAN"):
-                decided = Signal()
-                phase2_next = Signal()
-                verdict_next = Signal(ThemisDVerdict)
-                m.d.comb += [phase2_next.eq(sc_phase2), verdict_next.eq(sc_verdict)]
-                m.d.sync += [x_valid.eq(sc_pending), d_valid.eq(x_valid), f_valid.eq(d_valid)]
-                x_same, x_after, x_is_e = f_same, f_after, f_is_e
-                with m.If(f_valid):
-                    m.d.sync += sc_scanned.eq(sc_scanned + 1)
-                    with m.If(~sc_phase2):
-                        with m.If(x_same):
-                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
-                        with m.Elif(x_after):
-                            m.d.comb += phase2_next.eq(1)
-                        with m.Else():
-                            # Entries before tPSN are dequeued; tPSN itself stays (see the golden model).
-                            m.d.sync += sc_n1.eq(sc_n1 + 1)
-                    with m.Else():
-                        with m.If(x_is_e):
-                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_LATE)]
-                        with m.Elif(x_same):
-                            m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
-                stop = Signal()
-                # The queue is exhausted once nothing is left to read and no entry is on its way to a decision.
-                exhausted = (sc_left == 0) & ~sc_pending & ~x_valid & ~d_valid
-                m.d.comb += stop.eq(decided | exhausted)
-                with m.If(~decided & exhausted):
-                    m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED,
-                                                    ThemisDVerdict.NACK_NO_TPSN))
-                m.d.sync += [sc_phase2.eq(phase2_next), sc_verdict.eq(verdict_next)]
-                with m.If(~stop & (sc_left != 0)):
-                    m.d.sync += [
-                        sc_pos.eq(wrap_inc(sc_pos, Q)),
-                        sc_left.eq(sc_left - 1),
-                        sc_pending.eq(1),
-                    ]
-                with m.Else():
-                    m.d.sync += sc_pending.eq(0)
-                with m.If(stop):
-                    m.next = "DONE"
-
-            with m.State("DONE"):
-                m.d.comb += adv.eq(can_out)
-                with m.If(can_out):
-                    m.d.comb += [flow_wr.data.eq(nack_entry), flow_wr.en.eq(sc_active)]
-                    drop = (sc_verdict == ThemisDVerdict.NACK_BLOCKED) | (sc_verdict == ThemisDVerdict.NACK_LATE)
-                    m.d.comb += produce.eq(1)
-                    with m.If(sc_active):
-                        arm = may_update & (sc_verdict == ThemisDVerdict.NACK_BLOCKED)
-                        m.d.comb += load_out(sc_verdict, drop=drop, arm=arm, scanned=sc_scanned)
-                    with m.Else():
-                        m.d.comb += load_out(ThemisDVerdict.PASS)
-                    m.next = "RUN"
-        # The next item to enter the read-modify-write stage has its flow read issued in a cycle where the pipeline
-        # advances; if a write happens in that same cycle to the same entry, the read misses it: remember it.
-        with m.If(adv):
+                    # Entries before tPSN are dequeued; tPSN itself stays (see the golden model).
+                    m.d.sync += self.n1.eq(self.n1 + 1)
+            with m.Else():
+                with m.If(x_is_e):
+                    m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_LATE)]
+                with m.Elif(x_same):
+                    m.d.comb += [decided.eq(1), verdict_next.eq(ThemisDVerdict.NACK_VALID)]
+        stop = Signal()
+        # The queue is exhausted once nothing is left to read and no entry is on its way to a decision.
+        exhausted = (self.left == 0) & ~self.pending & ~self.x_valid & ~self.d_valid
+        m.d.comb += stop.eq(decided | exhausted)
+        with m.If(~decided & exhausted):
+            m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED, ThemisDVerdict.NACK_NO_TPSN))
+        m.d.sync += [self.phase2.eq(phase2_next), self.verdict.eq(verdict_next)]
+        with m.If(~stop & (self.left != 0)):
             m.d.sync += [
-                fwd.eq(flow_wr.en & s2["hit"] & (flow_wr.addr == s2["item"].qp)),
-                last_wr.eq(flow_wr.data),
+                self.pos.eq(wrap_inc(self.pos, self._queue_depth)),
+                self.left.eq(self.left - 1),
+                self.pending.eq(1),
             ]
-        return m
+        with m.Else():
+            m.d.sync += self.pending.eq(0)
+        return stop
