@@ -139,7 +139,7 @@ SYNDROME_TYPE_NAK = 0b011
 #: The NAK code *PSN sequence error*: the receiver saw a gap, the one NAK Themis-D validates.
 NAK_PSN_SEQUENCE_ERROR = 0x60
 
-# -- LAPS header (lbpipe's UDP shim for LAPS, paper 000 section III-B) -------------------------------------------------
+# -- LAPS header (lbpipe's UDP shim for LAPS, IEEE ToN section III-B) -------------------------------------------------
 
 #: The default UDP destination port of the LAPS shim (``laps_port``): 49573, in the dynamic/private range of
 #: RFC 6335 (49152 to 65535), where no service is registered.

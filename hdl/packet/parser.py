@@ -37,7 +37,7 @@ issue is silent:
   metadata pipeline accepts a new frame every cycle. ``valid`` outputs never wait on ``ready``.
 * **Offsets** are byte offsets from the start of the frame. Every L4 offset is 2 modulo 4 (14 + 4k), so the L4
   slice (UDP, then BTH or LAPS) is a choice among 11 four-byte-aligned positions of the IP-aligned window.
-* **The LAPS header** (paper 000, section III-B: type 1 bit, INT ``pid`` 16 and ``time`` 48, SR anchors of 32
+* **The LAPS header** (LAPS, IEEE ToN, section III-B: type 1 bit, INT ``pid`` 16 and ``time`` 48, SR anchors of 32
   bits) has no standard encapsulation; the paper leaves it open. lbpipe carries it as a **UDP shim**: a UDP
   datagram whose destination port is ``laps_port`` (default :data:`LAPS_PORT`, 0xC1A5 = 49573, from the
   dynamic/private range of RFC 6335, so it is no registered service's port) starts with the LAPS header. A UDP

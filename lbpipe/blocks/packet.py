@@ -24,7 +24,7 @@ BLOCKS = [
         name="parser",
         summary="Packet I/O: 512-bit AXI4-Stream frames to RoCEv2 and LAPS packet metadata, frames passed through "
                 "unchanged",
-        paper_ref="RoCEv2 (IBA annex A17); LAPS (paper 000, section III-B) as a UDP shim; feeds every block",
+        paper_ref="RoCEv2 (IBA annex A17); LAPS (IEEE ToN), section III-B, as a UDP shim; feeds every block",
         params=[
             Param("user_width", 1, "width of the AXI4-Stream tuser, carried with the frame"),
             Param("laps_port", 0xC1A5, "UDP destination port of the LAPS shim, 1 to 65535 but not 4791 "

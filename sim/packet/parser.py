@@ -29,7 +29,7 @@ the AETH fields (``syndrome``, ``msn``, with ``aeth``) and ``flow_hash`` reporte
 is OTHER. ``icrc_off`` is ``l4_off + udp_len - 4``: it comes from the UDP length (checked against the IP total or
 payload length), not from the frame length, so Ethernet padding after the IP packet does not move it.
 
-**LAPS** (``laps``; paper 000, section III-B, carried as a UDP shim, :mod:`lbpipe.hdl.packet.parser`): the LAPS header
+**LAPS** (``laps``; IEEE ToN, section III-B, carried as a UDP shim, :mod:`lbpipe.hdl.packet.parser`): the LAPS header
 starts right after a UDP header on destination port ``laps_port``. Big-endian, 12 fixed bytes then ``count``
 anchors of 4 bytes: byte 0 holds ``probe`` (bit 7, the paper's type bit), ``ack`` (bit 6), 2 reserved bits and
 ``count`` (bits 3-0); byte 1 ``sr_idx``; bytes 2-3 ``pid``; bytes 4-9 ``time``; bytes 10-11 reserved; then the

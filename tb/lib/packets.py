@@ -11,7 +11,7 @@ them into block metadata here, the way those stages will:
 * :func:`themis_d_item` and :func:`themis_s_item` give the blocks' input items (dicts for a trace).
 * :func:`icrc` and :func:`rewrite_udp_sport` are the deparser's side: the ICRC computed from the bytes, and the
   UDP source port rewrite of Themis-S applied with an incremental ICRC (and UDP checksum) update.
-* :class:`LapsHeader` and :func:`laps_frame` build LAPS frames (paper 000, section III-B) in lbpipe's UDP shim
+* :class:`LapsHeader` and :func:`laps_frame` build LAPS frames (LAPS, IEEE ToN, section III-B) in lbpipe's UDP shim
   encapsulation (docs/packet_io.md): Ether / [tags] / IPv4 or IPv6 / UDP (destination port 49573 by default) /
   LAPS header / payload.
 
