@@ -42,9 +42,10 @@ def test_reset_mid_traffic(name):
 
 @pytest.mark.parametrize("name", META)
 def test_reset_state(name):
-    """After a reset the block carries on from its documented post-reset state (no set-up replayed)."""
+    """After a reset the block carries on from its documented post-reset state (no set-up replayed). Planted in
+    Themis-D, a reset that skips the flow-table sweep, or only its last entry, fails seed 3."""
     params = BLOCKS[name].test_params[0]
-    for seed in (2, 3):
+    for seed in (2, 3, 4):
         run_rtl(name, params, BLOCKS[name].trace_generator()(seed, 400, **params), testcase="reset_state",
                 seed=seed)
 
