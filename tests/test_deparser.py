@@ -254,7 +254,8 @@ def test_deparser_signature():
     assert (dut.depth, dut.pending, dut.user_width) == (256, 32, 1)
     assert dut.max_frame_bytes == 256 * 64
     members = dut.signature.members
-    assert set(members) == {"s_axis", "act", "m_axis"}
+    assert set(members) == {"s_axis", "act", "m_axis", "stats"}
+    assert members["stats"] == Out(32)
     assert members["s_axis"] == In(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["act"] == In(stream.Signature(DeparseAction()))
@@ -310,9 +311,11 @@ class DeparserTop(Elaboratable):
         self.act_valid = Signal(name="act_valid")
         self.act_ready = Signal(name="act_ready")
         self.act_payload = Signal(DeparseAction().size, name="act_payload")
+        self.stats = Signal(32, name="stats")
 
     def ports(self):
-        return [*self.s_axis.values(), *self.m_axis.values(), self.act_valid, self.act_ready, self.act_payload]
+        return [*self.s_axis.values(), *self.m_axis.values(), self.act_valid, self.act_ready, self.act_payload,
+                self.stats]
 
     def elaborate(self, platform):
         m = Module()
@@ -327,6 +330,7 @@ class DeparserTop(Elaboratable):
             dut.act.valid.eq(self.act_valid),
             dut.act.payload.as_value().eq(self.act_payload),
             self.act_ready.eq(dut.act.ready),
+            self.stats.eq(dut.stats),
         ]
         return m
 
@@ -335,7 +339,7 @@ def test_deparser_top_ports():
     names = [port.name for port in DeparserTop().ports()]
     members = ["tdata", "tkeep", "tvalid", "tready", "tlast", "tuser"]
     assert names == ([f"s_axis_{n}" for n in members] + [f"m_axis_{n}" for n in members] +
-                     ["act_valid", "act_ready", "act_payload"])
+                     ["act_valid", "act_ready", "act_payload", "stats"])
 
 
 def _run(testcase, *, depth=256, pending=32, env=None):
@@ -373,7 +377,8 @@ def test_deparser_cocotb_margins_are_tight(depth, pending, sizes):
 
 
 def test_deparser_cocotb_largest_frame():
-    """A frame of ``depth`` beats fits; one byte more deadlocks, so :attr:`Deparser.max_frame_bytes` is exact."""
+    """A frame of ``depth`` beats fits; one byte more is dropped and counted (no deadlock), so
+    :attr:`Deparser.max_frame_bytes` is exact."""
     assert Deparser(depth=16).max_frame_bytes == 16 * 64
     _run("largest_frame", depth=16, pending=4)
     _run("largest_frame", depth=16, pending=4, env={"DEPARSER_OVERSIZE": "1"})

@@ -43,8 +43,10 @@ rewrite the rule refuses; nothing else is flagged).
 
 **Buffers and flow control:**
 
-* The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action is resolved. A frame must fit:
-  frames longer than ``depth`` beats deadlock (the action comes after the last beat). For one beat per clock
+* The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action is resolved. A frame longer than
+  ``depth`` beats cannot wait there for its action, which comes after its last beat: its ``depth``-th beat is
+  written as its last and marked cut, the rest of it is taken and discarded, and its action, when it comes, drops
+  it; ``stats`` counts such frames. So no input deadlocks the deparser. For one beat per clock
   with no stall it must also hold what arrives while a frame waits for its action: ``depth >= beats of the largest
   frame + action latency + 20`` (:attr:`Deparser.DEPTH_MARGIN`, :meth:`Deparser.required_depth`), where the
   action latency counts the edges from the one that takes a frame's last beat to the first one that could take
@@ -134,6 +136,7 @@ _TAIL = data.StructLayout({
     "window":   8 * (_BEAT_BYTES + 3),
     "last_idx": _BEAT_COUNT_BITS,
     "n_valid":  _LANE_BITS + 1,
+    "cut":      1,          # the frame was longer than the beat FIFO: its action becomes a drop
 })
 
 #: A resolved action, waiting for its frame at the head of the beat FIFO.
@@ -210,6 +213,8 @@ class Deparser(wiring.Component):
     m_axis : Out(AXI4StreamSignature(data_width=512, user_width=user_width))
         The frames not dropped, rewritten where the action says; ``tkeep``, ``tlast``, ``tuser`` and the bytes
         not rewritten (undefined lanes included) exactly as they came.
+    stats : Out(32)
+        Frames dropped for being longer than ``depth`` beats (wrapping; cleared by reset).
 
     Raises
     ------
@@ -248,6 +253,7 @@ class Deparser(wiring.Component):
             "s_axis": In(axis),
             "act":    In(stream.Signature(DeparseAction())),
             "m_axis": Out(axis),
+            "stats":  Out(32),
         })
 
     @property
@@ -264,8 +270,7 @@ class Deparser(wiring.Component):
 
     @property
     def max_frame_bytes(self):
-        """The longest frame that fits the beat FIFO (longer ones deadlock: their action comes after the last
-        beat)."""
+        """The longest frame that fits the beat FIFO (longer ones are dropped and counted in ``stats``)."""
         return self._depth * _BEAT_BYTES
 
     @classmethod
@@ -297,29 +302,42 @@ class Deparser(wiring.Component):
         m.submodules.edits = edits = StreamFIFO(shape=_EDIT, depth=self._depth)
 
         # -- input: beats into the beat FIFO, each frame's tail into the tail FIFO ---------------------------------
+        # A frame longer than the beat FIFO would wait forever for room its own beats hold: its depth-th beat is
+        # written as its last with its tail marked cut, and the rest of it is taken and discarded.
         take = Signal()
+        n_in = Signal(range(self._depth))            # beats of the frame on s_axis written so far (to depth - 1)
+        discarding = Signal()                        # taking the rest of a cut frame
+        cut = Signal()
+        ends = Signal()                              # this beat ends the frame in the FIFOs
         m.d.comb += [
-            s.tready.eq(beats.i.ready & tails.i.ready),
+            cut.eq(~s.tlast & (n_in == self._depth - 1)),
+            ends.eq(s.tlast | cut),
+            s.tready.eq(discarding | (beats.i.ready & tails.i.ready)),
             take.eq(s.tvalid & s.tready),
-            beats.i.valid.eq(s.tvalid & tails.i.ready),
+            beats.i.valid.eq(s.tvalid & tails.i.ready & ~discarding),
             beats.i.payload.data.eq(s.tdata),
             beats.i.payload.keep.eq(s.tkeep),
-            beats.i.payload.last.eq(s.tlast),
+            beats.i.payload.last.eq(ends),
             beats.i.payload.user.eq(s.tuser),
         ]
         in_idx = Signal(_BEAT_COUNT_BITS)            # index of the beat on s_axis within its frame (saturating)
         prev3 = Signal(24, reset_less=True)          # the last three bytes of the previous beat
         with m.If(take):
             m.d.sync += prev3.eq(s.tdata[-24:])
-            with m.If(s.tlast):
-                m.d.sync += in_idx.eq(0)
-            with m.Elif(in_idx != (1 << _BEAT_COUNT_BITS) - 1):
-                m.d.sync += in_idx.eq(in_idx + 1)
+            with m.If(discarding):
+                m.d.sync += discarding.eq(~s.tlast)
+            with m.Elif(ends):
+                m.d.sync += [in_idx.eq(0), n_in.eq(0), discarding.eq(cut)]
+            with m.Else():
+                m.d.sync += n_in.eq(n_in + 1)
+                with m.If(in_idx != (1 << _BEAT_COUNT_BITS) - 1):
+                    m.d.sync += in_idx.eq(in_idx + 1)
         m.d.comb += [
-            tails.i.valid.eq(s.tvalid & s.tlast & beats.i.ready),
+            tails.i.valid.eq(s.tvalid & ends & beats.i.ready & ~discarding),
             tails.i.payload.window.eq(Cat(prev3, s.tdata)),
             tails.i.payload.last_idx.eq(in_idx),
             tails.i.payload.n_valid.eq(_thermometer_count(s.tkeep)),
+            tails.i.payload.cut.eq(cut),
         ]
 
         # -- join: action and tail into an edit, 18 stages, never stalls -----------------------------------------
@@ -330,6 +348,8 @@ class Deparser(wiring.Component):
             tails.o.ready.eq(act.valid),
         ]
         self._join(m, fire, act.payload, tails.o.payload, edits)
+        with m.If(fire & tails.o.payload.cut):
+            m.d.sync += self.stats.eq(self.stats + 1)
 
         # -- output: beats with their edit -------------------------------------------------------------------------
         self._output(m, beats, edits, o)
@@ -354,6 +374,7 @@ class Deparser(wiring.Component):
             "end": Signal(ICRC_OFF_BITS + 1, name="j0_end", reset_less=True),   # the ICRC's last byte
             "last_idx": Signal(_BEAT_COUNT_BITS, name="j0_last_idx", reset_less=True),
             "n_valid": Signal(_LANE_BITS + 1, name="j0_n_valid", reset_less=True),
+            "cut": Signal(name="j0_cut", reset_less=True),
         }
         m.d.sync += j0_valid.eq(fire)
         with m.If(fire):
@@ -363,6 +384,7 @@ class Deparser(wiring.Component):
                 j0["end"].eq(action.icrc_off + 3),
                 j0["last_idx"].eq(tail.last_idx),
                 j0["n_valid"].eq(tail.n_valid),
+                j0["cut"].eq(tail.cut),
             ]
 
         # J1: the rule (the ICRC ends in the last beat, inside the frame; UDP header before it; l4_off even),
@@ -374,7 +396,7 @@ class Deparser(wiring.Component):
             dist.eq(a.icrc_off - a.l4_off - 2),
             csum_wpos.eq(a.l4_off[1:] + 3),
         ]
-        applies = (a.rewrite & ~a.drop & ~a.l4_off[0] & (a.icrc_off >= a.l4_off + 8) &
+        applies = (a.rewrite & ~a.drop & ~j0["cut"] & ~a.l4_off[0] & (a.icrc_off >= a.l4_off + 8) &
                    (end_beat == j0["last_idx"]) & (end_lane < j0["n_valid"]))
         widths = {
             "drop": 1, "apply": 1, "dist": DIST_BITS, "parity": 1,
@@ -386,7 +408,7 @@ class Deparser(wiring.Component):
         j1_x = Signal(32, reset_less=True)
         m.d.sync += [
             j1_valid.eq(j0_valid),
-            j1["drop"].eq(a.drop),
+            j1["drop"].eq(a.drop | j0["cut"]),
             j1["apply"].eq(applies),
             j1["dist"].eq(dist[:DIST_BITS]),
             j1["parity"].eq(a.icrc_off[0]),           # icrc_off - l4_off, l4_off even

@@ -94,8 +94,9 @@ def checksum_update(chksum, old, new, start, changed):
     return (~total & 0xFFFF) or 0xFFFF
 
 
-def deparse(frame_bytes, action):
-    """The frame the deparser sends for ``frame_bytes`` under ``action``, or None if it drops it.
+def deparse(frame_bytes, action, *, depth=None):
+    """The frame the deparser sends for ``frame_bytes`` under ``action``, or None if it drops it: when the action
+    says so, or when the frame is longer than a ``depth``-beat buffer (64-byte beats), whatever the action.
 
     Parameters
     ----------
@@ -115,7 +116,7 @@ def deparse(frame_bytes, action):
     """
     frame = bytes(frame_bytes)
     a = _check_action(action)
-    if a["drop"]:
+    if a["drop"] or (depth is not None and len(frame) > 64 * depth):
         return None
     l4, icrc_at, sport_xor = a["l4_off"], a["icrc_off"], a["sport_xor"]
     if not a["rewrite"] or not rewrite_applies(len(frame), l4, icrc_at):

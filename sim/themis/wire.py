@@ -19,6 +19,7 @@ class ThemisSWireModel:
 
     def __init__(self, *, n_paths=256, depth=256):
         self.themis = ThemisS(n_paths=n_paths, mode="sport", hash_bits=16)
+        self.depth = depth
         self.tag = 0
 
     def reset(self):
@@ -42,7 +43,7 @@ class ThemisSWireModel:
             "rewrite": int(bool(meta["roce"] and result["sprayed"] and result["udp_sport_xor"])),
             "l4_off": meta["l4_off"], "icrc_off": meta["icrc_off"], "sport_xor": result["udp_sport_xor"],
         }
-        return deparse(bytes(frame), action)
+        return deparse(bytes(frame), action, depth=self.depth)
 
 
 class ThemisDWireModel:
