@@ -55,3 +55,23 @@ def test_logic_levels_are_the_datasheets(name, tmp_path):
     assert report["logic_levels"] == DATASHEET_LEVELS[name], (
         f"{name}: {report['logic_levels']} levels, the datasheet says {DATASHEET_LEVELS[name]}: "
         f"{report.get('critical_path')}")
+
+
+def test_themis_d_hold_cycles_are_the_datasheets():
+    """docs/themis.md: a NACK with a flow-table hit holds the read-modify-write stage ``scanned + 6`` cycles (3 when
+    its queue is empty); every other item 1. The harness checks the RTL cycle by cycle against the golden model's
+    ``cycles``, so pinning ``cycles`` here to the datasheet's formula pins the RTL's timing to it."""
+    from lbpipe.sim.themis.themis_d import ThemisD
+    model = ThemisD(n_qps=4, queue_depth=8, n_paths=4, entry_bits=8)
+    model.control({"table": 0, "index": 1, "data": 0})
+    data, nack = 1, 3            # PacketKind values, as the parser datasheet numbers them
+    seen = []
+    for psn in (10, 12, 11, 13, 14):
+        seen.append(model.process({"kind": data, "qp_hit": 1, "qp": 1, "psn": psn}))
+    seen.append(model.process({"kind": nack, "qp_hit": 1, "qp": 1, "psn": 11}))
+    seen.append(model.process({"kind": nack, "qp_hit": 1, "qp": 0, "psn": 11}))    # idle QP: the scan state only
+    seen.append(model.process({"kind": nack, "qp_hit": 0, "qp": 1, "psn": 11}))    # no hit: one cycle
+    cycles = [model.cycles(out) for out in seen]
+    nack_out = seen[5]
+    assert nack_out["scanned"] > 0
+    assert cycles == [1] * 5 + [nack_out["scanned"] + 6, 3, 1]
