@@ -17,11 +17,13 @@ def test_blocks_lists_every_block_with_parameters(capsys):
         assert text in out
 
 
-def test_unknown_block_and_bad_param(capsys):
-    assert main(["verilog", "nope", "-o", "x"]) == 2
+def test_unknown_block_and_bad_param(capsys, tmp_path):
+    out = str(tmp_path / "x")
+    assert main(["verilog", "nope", "-o", out]) == 2
     assert "unknown block 'nope'" in capsys.readouterr().err
-    assert main(["verilog", "themis-d", "--param", "n_qps=lots", "-o", "x"]) == 2
-    assert main(["verilog", "themis-d", "--param", "colour=red", "-o", "x"]) == 2
+    assert main(["verilog", "themis-d", "--param", "n_qps=lots", "-o", out]) == 2
+    assert main(["verilog", "themis-d", "--param", "colour=red", "-o", out]) == 2
+    assert not (tmp_path / "x").exists(), "a refused command created its output directory"
 
 
 def test_verilog_writes_top_core_and_layout(tmp_path, capsys):
