@@ -19,7 +19,7 @@ from lbpipe.sim.packet.parser import parse
 from lbpipe.tb.lib.packets import LapsHeader, laps_frame
 
 PORT = 0xC1A5
-PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED = range(6)
+PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED, TOO_LONG = range(7)
 SRC4, DST4 = "10.0.0.1", "10.0.0.2"
 SRC6, DST6 = "2001:db8::1", "2001:db8:ffff::2"
 
@@ -101,7 +101,7 @@ def test_insert_then_remove(v6, tags, opts, count):
             meta["laps_sr_idx"], meta["l3_off"], meta["l4_off"]) == (1, count, 0xBEEF, 0x123456789ABC, 1, 0x5A, l3, l4)
     back = model.process(out[0], _act(3, l3, l4, v6, count=count))
     assert back == [original]
-    assert model.stats() == [0, 0, 1, 1, 0, 0]
+    assert model.stats() == [0, 0, 1, 1, 0, 0, 0]
 
 
 @pytest.mark.parametrize("v6", [False, True])
@@ -159,7 +159,7 @@ def test_drop_and_pass():
     assert model.process(frame, _act(2, 14, 34, False, drop=1)) == []
     assert model.process(frame, _act(0, 14, 34, False)) == [frame]
     assert model.process(frame, {}) == [frame]
-    assert model.stats() == [2, 0, 0, 0, 1, 0]
+    assert model.stats() == [2, 0, 0, 0, 1, 0, 0]
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])
@@ -182,7 +182,7 @@ def test_refused_pass_unchanged(op, bad):
         act["l4_off"] = 30
     model = Golden(laps_port=PORT)
     assert model.process(frame, act) == [frame]
-    assert model.stats() == [0, 0, 0, 0, 0, 1]
+    assert model.stats() == [0, 0, 0, 0, 0, 1, 0]
 
 
 def test_limits_accepted():
@@ -198,7 +198,51 @@ def test_limits_accepted():
     assert len(big) == 112
     assert len(model.process(big, _act(2, 14, 34, False, count=1))[0]) == 128
     assert model.process(big + b"\0", _act(2, 14, 34, False, count=1)) == [big + b"\0"]
-    assert model.stats() == [0, 0, 2, 1, 0, 1]
+    assert model.stats() == [0, 0, 2, 1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("drop", [0, 1])
+@pytest.mark.parametrize("op", [0, 1, 2, 3])
+def test_too_long_dropped_whatever_the_action(op, drop):
+    """With depth 2 (128 bytes): a LAPS frame of 129 bytes is dropped under any action and counted as too long
+    only; the same frame cut to 128 bytes (exactly depth beats) is treated as usual."""
+    long_frame = bytes(laps_frame(SRC4, DST4, anchors=[7], payload=bytes(71)))     # 14 + 20 + 8 + 16 + 71
+    assert len(long_frame) == 129
+    act = _act(op, 14, 34, False, count=1, drop=drop, pid=0x1234)     # the frame's pid is 0: UPDATE changes it
+    model = Golden(laps_port=PORT, depth=2)
+    assert model.process(long_frame, act) == []
+    assert model.stats() == [0, 0, 0, 0, 0, 0, 1]
+    fits = bytes(laps_frame(SRC4, DST4, anchors=[7], payload=bytes(70)))
+    assert len(fits) == 128
+    out = model.process(fits, act)
+    # By hand, for 128 bytes: PASS passes; UPDATE keeps the length; INSERT is refused (128 + 16 > 128) and the
+    # frame passes unchanged; REMOVE takes the 16-byte header; drop drops.
+    want_len = {0: 128, 1: 128, 2: 128, 3: 112}[op]
+    counter = DROPPED if drop else {0: PASSED, 1: UPDATED, 2: REFUSED, 3: REMOVED}[op]
+    assert out == ([] if drop else [out[0]])
+    if not drop:
+        assert len(out[0]) == want_len
+        assert (out[0] == fits) == (op in (0, 2))
+    want = [0] * 7
+    want[counter] = 1
+    want[TOO_LONG] = 1
+    assert model.stats() == want
+
+
+def test_too_long_sizes_and_counts():
+    """Frames around the buffer of depth 4 (256 bytes), by hand: 256 bytes and less pass, 257 (one byte over),
+    320 (one beat over) and 775 (three buffers and 7 bytes) are dropped, whatever their action (PASS, INSERT,
+    drop); the default depth 256 takes 16,384 bytes and not 16,385."""
+    model = Golden(laps_port=PORT, depth=4)
+    sizes_ops = [(256, 0, 0), (257, 0, 0), (60, 0, 0), (320, 2, 0), (256, 0, 1), (775, 0, 1), (255, 0, 0)]
+    outs = [model.process(bytes(n), {"op": op, "drop": drop, "l3_off": 14, "l4_off": 34})
+            for n, op, drop in sizes_ops]
+    assert [[len(f) for f in out] for out in outs] == [[256], [], [60], [], [], [], [255]]
+    assert model.stats() == [3, 0, 0, 0, 1, 0, 3]
+    default = Golden()
+    assert default.process(bytes(16384), {}) == [bytes(16384)]
+    assert default.process(bytes(16385), {}) == []
+    assert default.stats() == [1, 0, 0, 0, 0, 0, 1]
 
 
 def test_counters_wrap():
@@ -206,8 +250,11 @@ def test_counters_wrap():
     model.counts[PASSED] = (1 << 32) - 1
     model.process(b"\0" * 60, {})
     assert model.stats()[PASSED] == 0
+    model.counts[TOO_LONG] = (1 << 32) - 1
+    model.process(b"\0" * (256 * 64 + 1), {})
+    assert model.stats()[TOO_LONG] == 0
     model.reset()
-    assert model.stats() == [0] * 6
+    assert model.stats() == [0] * 7
 
 
 def test_random_round_trip():
@@ -265,7 +312,7 @@ def test_signature():
     assert members["s_axis"] == In(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["act"] == In(stream.Signature(LapsEdit()))
-    assert members["stats"].flow == Out and Shape.cast(members["stats"].shape).width == 32 * 6
+    assert members["stats"].flow == Out and Shape.cast(members["stats"].shape).width == 32 * 7
     small = LapsEditor(depth=8, user_width=3, laps_port=1000)
     assert (small.depth, small.laps_port) == (8, 1000)
     assert small.signature.members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=3))
@@ -293,6 +340,13 @@ def test_laps_editor_cocotb_wide_tuser():
 def test_laps_editor_cocotb_small_depth():
     """An 8-beat FIFO: frames up to 512 bytes, INSERTs that would pass 512 refused, with pauses."""
     _run("random_traffic_pauses", depth=8, env={"LAPS_FRAMES": "120"})
+
+
+@pytest.mark.parametrize("depth", [8, 64])
+def test_laps_editor_cocotb_long_frames(depth):
+    """Frames longer than ``depth`` beats, whatever their action, are dropped and counted; the frames around them
+    come out as golden (the editor deadlocked on them before: the test has a time limit)."""
+    _run("long_frames", depth=depth)
 
 
 @pytest.mark.regression

@@ -22,7 +22,7 @@ The LAPS header is at ``h = l4_off + 8``; ``K = 12 + 4 * count`` bytes long.
   ``K`` is a multiple of 4 and ``h`` even, so the payload keeps its 16-bit alignment and its sum. A computed 0 is
   sent as 0xFFFF; a zero IPv6 checksum stays 0 (treated as "none": a zero checksum is invalid in IPv6, so such a
   frame was not checkable before either).
-* **drop** discards the frame, whatever ``op`` says.
+* **drop** discards the frame, whatever ``op`` says (so does a frame longer than ``depth`` beats, below).
 
 **When an edit applies** (:func:`edit_applies`; otherwise the frame passes unchanged and is counted as refused):
 ``l4_off`` even, ``l3_off`` 14, 18 or 22, ``count`` at most 4; and, where the brief that fixed the rules was
@@ -31,25 +31,37 @@ or written, and the header removed, within the frame's first two beats; a real h
 long enough (INSERT: ``h`` at most its length; UPDATE, REMOVE: ``h + K`` at most its length); the result at most
 ``depth`` beats. UPDATE and REMOVE trust ``count`` and do not check the destination port (the parser did).
 
+**Frames longer than the buffer** (more than ``depth`` beats, ``depth * 64`` bytes) are dropped, whatever their
+action says (PASS, an edit, drop or not), and counted in ``stats`` counter 6 (``too_long``) and in no other
+counter. Store-and-forward, such a frame cannot wait in the beat FIFO for its length, known only after its last
+beat (it would fill the FIFO and hold ``s_axis.tready`` low for good): its ``depth``-th beat is written as its last
+with its length entry marked cut, the rest of it is taken (one beat per clock) and discarded, and when its action
+pairs with it the action becomes a drop; its beats in the FIFO leave as a dropped frame's do. So no input
+deadlocks the editor. A frame of exactly ``depth`` beats passes as before (an INSERT on it is refused: its
+result would be too long).
+
 **Structure.** A beat FIFO (``depth`` beats), an action FIFO (``depth`` entries) and a FIFO of frame lengths,
-counted as frames come in. The edit is decided at a frame's first beat and needs its length, so a frame leaves
-only once its last beat is in (store-and-forward: a frame must fit in the beat FIFO). Then a pipeline: a pairing
-register sends each beat with the next beat of its frame (so the first two beats, the edit window, are seen
-together); E1 decides and reads the fields (IP words at three possible offsets, the UDP header and 28 bytes at
-``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the checksum terms; E2b adds the terms;
-E3 folds the sums; E4 writes the window (frame bytes 0 to 127); on the way out of E4, INSERT's header is
-merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from
-the previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), and makes
-``tkeep``/``tlast`` from the bytes left. Each stage loads when it is empty or its contents move on, so bubbles do
-not wait behind a stopped ``m_axis``.
+counted as frames come in (with the cut mark of a frame longer than the beat FIFO). The edit is decided at a frame's
+first beat and needs its length, so a frame leaves only once its last beat is in (store-and-forward; a longer frame
+is cut, above). Then a pipeline: a pairing register sends each beat with the next beat of its frame (so the first
+two beats, the edit window, are seen together); E1 decides and reads the fields (IP words at three possible offsets,
+the UDP header and 28 bytes at ``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the
+checksum terms; E2b adds the terms; E3 folds the sums; E4 writes the window (frame bytes 0 to 127); on the way out
+of E4, INSERT's header is merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7)
+four-byte lanes, from the previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), and
+makes ``tkeep``/``tlast`` from the bytes left. Each stage loads when it is empty or its contents move on, so bubbles
+do not wait behind a stopped ``m_axis``.
 
-**Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued). An INSERT that
-makes the frame a beat longer costs one extra output cycle, during which the input waits; a REMOVE that makes it a
-beat shorter leaves one idle output cycle. Each output beat carries the ``tuser`` of the input beat it is made
-with (the extra INSERT beat: the last one's); lanes outside ``tkeep`` are not defined.
+**Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued), and for frames
+longer than the buffer (their first ``depth`` beats leave the FIFO as a dropped frame's, the rest is discarded as
+it comes). An INSERT that makes the frame a beat longer costs one extra output cycle, during which the input waits; a
+REMOVE that makes it a beat shorter leaves one idle output cycle. Each output beat carries the ``tuser`` of the
+input beat it is made with (the extra INSERT beat: the last one's); lanes outside ``tkeep`` are not defined.
 
-Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames passed unchanged (op PASS), 1 updated,
-2 inserted, 3 removed, 4 dropped, 5 refused (the edit did not apply; the frame passed unchanged).
+Counters (``stats``, 32 bits each, wrapping; cleared by reset), one per frame, counted as its first beat leaves
+the merge stage: 0 frames passed unchanged (op PASS), 1 updated, 2 inserted, 3 removed, 4 dropped (by the action),
+5 refused (the edit did not apply; the frame passed unchanged), 6 too long (longer than ``depth`` beats: dropped,
+whatever the action).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -69,7 +81,7 @@ _BEAT = 64
 #: Bytes at the frame start an edit may touch (two beats): the bytes read and written, and the header removed.
 WINDOW = 2 * _BEAT
 #: Counters in ``stats``.
-N_COUNTERS = 6
+N_COUNTERS = 7
 OP_PASS, OP_UPDATE, OP_INSERT, OP_REMOVE = range(4)
 #: The offsets of the IP header an edit accepts (Ethernet with 0, 1 or 2 VLAN tags).
 L3_OFFSETS = (14, 18, 22)
@@ -164,7 +176,8 @@ class LapsEditor(wiring.Component):
     Parameters
     ----------
     depth : int
-        Beat FIFO, in beats, 2 to 4096; the longest frame in and out is ``depth`` beats.
+        Beat FIFO, in beats, 2 to 4096; the longest frame in and out is ``depth`` beats (longer ones are dropped
+        and counted in ``stats`` counter 6).
     user_width : int
         Width of ``tuser``.
     laps_port : int
@@ -224,7 +237,7 @@ class LapsEditor(wiring.Component):
         """
         m = Module()
         beats, acts = self._buffers(m)
-        lens = self._frame_lengths(m)
+        lens = self._input(m, beats)
         # The stages' load enables, and whether the merge stage's beat leaves: driven by the output stage.
         en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
                                                   Signal())
@@ -253,9 +266,10 @@ class LapsEditor(wiring.Component):
         return dict(valid=1, cur=8 * _BEAT, nxt=8 * _BEAT, keep=_BEAT, last=1, user=self._user_width, idx=2)
 
     def _edit_fields(self):
-        """The edit context E2 to E3 carry along: the op to apply (PASS if refused), ``drop``, ``refused``, whether
-        the action was PASS, IPv6, ``h``, ``K``, the new frame length, the IP offset (one-hot) and ``l4_off / 2``."""
-        return dict(op=2, drop=1, refused=1, is_pass=1, ipv6=1, h=7, k=6, new_len=self._len_bits + 1, l3_sel=3,
+        """The edit context E2 to E3 carry along: the op to apply (PASS if refused), ``drop``, ``refused``, ``cut``
+        (the frame was longer than the beat FIFO), whether the action was PASS, IPv6, ``h``, ``K``, the new frame
+        length, the IP offset (one-hot) and ``l4_off / 2``."""
+        return dict(op=2, drop=1, refused=1, cut=1, is_pass=1, ipv6=1, h=7, k=6, new_len=self._len_bits + 1, l3_sel=3,
                     l4w=6)
 
     @staticmethod
@@ -266,42 +280,54 @@ class LapsEditor(wiring.Component):
     # -- buffers ---------------------------------------------------------------------------------------------------
 
     def _buffers(self, m):
-        """The beat FIFO (``s_axis``, ``depth`` beats) and the action FIFO (``act``, ``depth`` entries)."""
-        s = self.s_axis
+        """The beat FIFO (``depth`` beats, filled by :meth:`_input`) and the action FIFO (``act``, ``depth``
+        entries)."""
         m.submodules.beats = beats = StreamFIFO(shape=AxisBeat(data_width=8 * _BEAT, user_width=self._user_width),
                                                 depth=self._depth)
-        m.d.comb += [
-            beats.i.payload.data.eq(s.tdata), beats.i.payload.keep.eq(s.tkeep),
-            beats.i.payload.last.eq(s.tlast), beats.i.payload.user.eq(s.tuser),
-            beats.i.valid.eq(s.tvalid), s.tready.eq(beats.i.ready),
-        ]
         m.submodules.acts = acts = StreamFIFO(shape=LapsEdit(), depth=self._depth)
         wiring.connect(m, wiring.flipped(self.act), acts.i)
         return beats, acts
 
-    def _frame_lengths(self, m):
-        """Frame lengths, counted as frames enter: the edit is decided at a frame's first beat and needs its length
-        (a frame waits in the beat FIFO until its last beat has come in). Registers the beats counted so far and
-        the length pending for the FIFO; the FIFO has one entry per frame whose first beat has not left: at most
-        the beat FIFO's ``depth`` frames and the one being counted. Not in the pipeline's latency."""
+    def _input(self, m, beats):
+        """``s_axis`` into the beat FIFO, and each frame's length, counted as it comes in, into the length FIFO:
+        the edit is decided at a frame's first beat and needs its length (a frame waits in the beat FIFO until its
+        last beat has come in). A frame longer than the beat FIFO would wait forever for room its own beats hold:
+        its ``depth``-th beat is written as its last, its length entry is marked ``cut``, and the rest of it is
+        taken and discarded. Registers the beats of the frame written so far, whether the rest of a cut frame is
+        being discarded, and the length pending for the FIFO; the FIFO has one entry per frame whose first beat
+        has not left: at most the beat FIFO's ``depth`` frames and the one being counted. Not in the pipeline's
+        latency. Returns the length FIFO."""
         s = self.s_axis
-        len_bits = self._len_bits
-        m.submodules.lens = lens = StreamFIFO(shape=len_bits, depth=self._depth + 1)
-        in_beats = Signal(len_bits)
+        m.submodules.lens = lens = StreamFIFO(shape=data.StructLayout({"len": self._len_bits, "cut": 1}),
+                                              depth=self._depth + 1)
+        in_beats = Signal(range(self._depth))   # beats of the frame on s_axis written so far (to depth - 1)
+        discarding = Signal()                   # taking the rest of a cut frame
+        cut = Signal()                          # this beat is the depth-th of a longer frame
+        ends = Signal()                         # this beat ends the frame in the beat FIFO
         pend = Signal()
-        pend_beats = Signal(len_bits)
+        pend_beats = Signal(range(self._depth))
         pend_keep = Signal(_BEAT)
+        pend_cut = Signal()
         in_xfer = Signal()
         m.d.comb += [
+            cut.eq(~s.tlast & (in_beats == self._depth - 1)),
+            ends.eq(s.tlast | cut),
+            beats.i.payload.data.eq(s.tdata), beats.i.payload.keep.eq(s.tkeep),
+            beats.i.payload.last.eq(ends), beats.i.payload.user.eq(s.tuser),
+            beats.i.valid.eq(s.tvalid & ~discarding), s.tready.eq(discarding | beats.i.ready),
             in_xfer.eq(s.tvalid & s.tready),
             lens.i.valid.eq(pend),
-            lens.i.payload.eq((pend_beats << 6) + _ones(pend_keep)),
+            lens.i.payload.len.eq((pend_beats << 6) + _ones(pend_keep)),
+            lens.i.payload.cut.eq(pend_cut),
         ]
         with m.If(pend & lens.i.ready):
             m.d.sync += pend.eq(0)
         with m.If(in_xfer):
-            with m.If(s.tlast):
-                m.d.sync += [in_beats.eq(0), pend.eq(1), pend_beats.eq(in_beats), pend_keep.eq(s.tkeep)]
+            with m.If(discarding):
+                m.d.sync += discarding.eq(~s.tlast)
+            with m.Elif(ends):
+                m.d.sync += [in_beats.eq(0), pend.eq(1), pend_beats.eq(in_beats), pend_keep.eq(s.tkeep),
+                             pend_cut.eq(cut), discarding.eq(cut)]
             with m.Else():
                 m.d.sync += in_beats.eq(in_beats + 1)
         return lens
@@ -311,8 +337,9 @@ class LapsEditor(wiring.Component):
     def _pairing(self, m, beats, acts, lens, en1):
         """Pairing (stage 1): each beat leaves with the beat after it in its frame (zero after the last), so E1 sees
         the first two beats, the edit window, together. Registers a beat (``p_data``, ``p_keep``, ``p_last``,
-        ``p_user``), its index (``p_idx``) and, at a frame's first beat, the frame's action and length (``p_act``,
-        ``p_len``); the next beat is read from the beat FIFO's head (``nxt``). Returns the stage's fields."""
+        ``p_user``), its index (``p_idx``) and, at a frame's first beat, the frame's action, length and ``cut``
+        (``p_act``, ``p_len``, ``p_cut``; a cut frame's action becomes a drop); the next beat is read from the beat
+        FIFO's head (``nxt``). Returns the stage's fields."""
         dbits, uw = 8 * _BEAT, self._user_width
         head = beats.o.payload
         in_first = Signal(init=1)
@@ -320,6 +347,7 @@ class LapsEditor(wiring.Component):
         p_data, p_keep, p_user = Signal(dbits), Signal(_BEAT), Signal(uw)
         p_act = Signal(LapsEdit())
         p_len = Signal(self._len_bits)
+        p_cut = Signal()
         p_move, take = Signal(), Signal()
         m.d.comb += [
             p_move.eq(p_valid & en1 & (p_last | beats.o.valid)),
@@ -334,18 +362,19 @@ class LapsEditor(wiring.Component):
             m.d.sync += [p_valid.eq(1), p_data.eq(head.data), p_keep.eq(head.keep), p_last.eq(head.last),
                          p_user.eq(head.user), in_first.eq(head.last)]
             with m.If(in_first):
-                m.d.sync += [p_act.eq(acts.o.payload), p_len.eq(lens.o.payload), p_idx.eq(0)]
+                m.d.sync += [p_act.eq(acts.o.payload), p_act.drop.eq(acts.o.payload.drop | lens.o.payload.cut),
+                             p_len.eq(lens.o.payload.len), p_cut.eq(lens.o.payload.cut), p_idx.eq(0)]
             with m.Elif(p_idx != 2):
                 m.d.sync += p_idx.eq(p_idx + 1)
         p_nxt = Mux(p_last, 0, head.data)
         return dict(valid=p_valid, move=p_move, data=p_data, nxt=p_nxt, keep=p_keep, last=p_last, user=p_user,
-                    idx=p_idx, act=p_act, len=p_len)
+                    idx=p_idx, act=p_act, len=p_len, cut=p_cut)
 
     def _e1(self, m, p, en1):
         """E1 (stage 2): the decision and the fields the edit reads. Registers the beat pair, the op to apply (PASS
-        if the edit is refused or the frame dropped), ``drop``, ``refused``, ``h``, ``K``, the new frame length,
-        the IP offset (one-hot ``l3_sel``), the IP words (total length, payload length, header checksum, at three
-        possible offsets), the UDP header's port, length and checksum, and the 28 bytes at ``h`` (16-bit word
+        if the edit is refused or the frame dropped), ``drop``, ``refused``, ``cut``, ``h``, ``K``, the new frame
+        length, the IP offset (one-hot ``l3_sel``), the IP words (total length, payload length, header checksum, at
+        three possible offsets), the UDP header's port, length and checksum, and the 28 bytes at ``h`` (16-bit word
         shifts of the window)."""
         depth, len_bits = self._depth, self._len_bits
         p_len = p["len"]
@@ -366,7 +395,7 @@ class LapsEditor(wiring.Component):
         l3_sel = Cat(a.l3_off == 14, a.l3_off == 18, a.l3_off == 22)
         l3_words = _sig(m, Mux(l3_sel[0], l3_fields[0], Mux(l3_sel[1], l3_fields[1], l3_fields[2])), "l3_words")
 
-        e1 = self._stage("e1", **self._beat_fields(), act=LapsEdit(), op=2, drop=1, refused=1, h=7, k=6,
+        e1 = self._stage("e1", **self._beat_fields(), act=LapsEdit(), op=2, drop=1, refused=1, cut=1, h=7, k=6,
                          new_len=len_bits + 1, l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16, ucsum=16,
                          hdr=224)
         with m.If(en1):
@@ -374,7 +403,8 @@ class LapsEditor(wiring.Component):
                 e1["valid"].eq(p["move"]), e1["cur"].eq(p["data"]), e1["nxt"].eq(p["nxt"]), e1["keep"].eq(p["keep"]),
                 e1["last"].eq(p["last"]), e1["user"].eq(p["user"]), e1["idx"].eq(p["idx"]), e1["act"].eq(a),
                 e1["op"].eq(Mux(applies & ~a.drop, a.op, OP_PASS)), e1["drop"].eq(a.drop),
-                e1["refused"].eq(~a.drop & (a.op != OP_PASS) & ~applies), e1["h"].eq(h), e1["k"].eq(k),
+                e1["refused"].eq(~a.drop & (a.op != OP_PASS) & ~applies), e1["cut"].eq(p["cut"]),
+                e1["h"].eq(h), e1["k"].eq(k),
                 e1["new_len"].eq(Mux(a.op == OP_INSERT, p_len + k, Mux(a.op == OP_REMOVE, p_len - k, p_len))),
                 e1["l3_sel"].eq(l3_sel), e1["tot"].eq(l3_words[0:16]), e1["plen"].eq(l3_words[16:32]),
                 e1["ipc"].eq(l3_words[32:48]), e1["dport"].eq(_be(udp, 2, 2)), e1["ulen"].eq(_be(udp, 4, 2)),
@@ -418,7 +448,8 @@ class LapsEditor(wiring.Component):
                          tot=16, **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16,
                          inv_tot=16)
         with m.If(en2):
-            m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "h", "k", "new_len", "l3_sel")]
+            m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "cut", "h", "k", "new_len",
+                                                   "l3_sel")]
             m.d.sync += [
                 e2["is_pass"].eq(a1.op == OP_PASS), e2["ipv6"].eq(a1.ipv6), e2["l4w"].eq(a1.l4_off[1:7]),
                 e2["hdr"].eq(shifted), e2["dport"].eq(new_dport), e2["ulen"].eq(new_ulen),
@@ -490,7 +521,7 @@ class LapsEditor(wiring.Component):
                 new = Mux(cond, value, new)
             new_words.append(_sig(m, Mux(edit, new, word), f"word{wi}"))
         w_edit = _sig(m, Cat(*[Cat(w[8:16], w[0:8]) for w in new_words]), "w_edit")
-        e4_fields = (*self._beat_fields(), "op", "drop", "refused", "is_pass", "h", "k", "new_len", "hdr")
+        e4_fields = (*self._beat_fields(), "op", "drop", "refused", "cut", "is_pass", "h", "k", "new_len", "hdr")
         e4 = self._stage("e4", **{n: len(e3[n]) for n in e4_fields})
         with m.If(en4):
             m.d.sync += [e4[n].eq(e3[n]) for n in e4_fields if n not in ("cur", "nxt")]
@@ -525,7 +556,7 @@ class LapsEditor(wiring.Component):
         is1 = e4["idx"] == 1
         with m.If(enx & e4["valid"] & is0):
             m.d.sync += [m1_edit.eq(w_edit[dbits:]), m1_merged.eq(merged[dbits:])]
-        fctx = self._stage("f", op=2, drop=1, refused=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
+        fctx = self._stage("f", op=2, drop=1, refused=1, cut=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
         with m.If(enx & e4["valid"] & is0):
             m.d.sync += [fctx[n].eq(e4[n]) for n in fctx]
 
@@ -624,8 +655,9 @@ class LapsEditor(wiring.Component):
             ~x["drop"] & (x["op"] == OP_UPDATE),
             ~x["drop"] & is_ins,
             ~x["drop"] & is_rem,
-            x["drop"],
+            x["drop"] & ~x["cut"],
             x["refused"],
+            x["cut"],
         ]
         for counter, cond in zip(counters, which):
             with m.If(first & cond):

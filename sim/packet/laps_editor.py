@@ -4,6 +4,11 @@ The rules are the hardware module docstring's, stated here once in Python: :func
 made), UPDATE, INSERT and REMOVE of the LAPS header at ``h = l4_off + 8``, the IPv4 total length and header checksum,
 the IPv6 payload length, the UDP length, destination port and checksum. Checksums are updated incrementally (RFC 1624
 equation 3), as the hardware does, so a wrong checksum in the input stays wrong by the same amount.
+
+A frame longer than the hardware's beat FIFO (more than ``depth`` 64-byte beats, ``depth * 64`` bytes) is dropped,
+whatever its action says, and counted as too long (counter 6) and in no other counter: the store-and-forward
+hardware cannot hold it until its length is known, so it cuts it and drops it rather than deadlock its input. A
+frame of exactly ``depth`` beats is processed as any other (an INSERT on it is refused: the result would not fit).
 """
 
 from lbpipe.hdl.packet.laps_editor import N_COUNTERS, OP_INSERT, OP_PASS, OP_UPDATE, check_parameters
@@ -30,7 +35,7 @@ def edit_applies(*, op, l3_off, l4_off, count, length, depth):
         return udp_end <= length and length + size <= depth * _BEAT
     return udp_end + size <= length
 
-PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED = range(N_COUNTERS)
+PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED, TOO_LONG = range(N_COUNTERS)
 
 
 def csum_add(a, b):
@@ -75,15 +80,19 @@ class LapsEditor:
         self.counts = [0] * N_COUNTERS
 
     def stats(self):
-        """Counters as the RTL's ``stats`` holds them: passed, updated, inserted, removed, dropped, refused."""
+        """Counters as the RTL's ``stats`` holds them: passed, updated, inserted, removed, dropped, refused, too
+        long."""
         return [c % (1 << 32) for c in self.counts]
 
     def process(self, frame, action):
         """The frames (a list of 0 or 1 ``bytes``) that leave for ``frame`` and its action (a dict of ``LapsEdit``
-        fields; missing fields are 0)."""
+        fields; missing fields are 0): none for a frame longer than ``depth`` beats, whatever the action."""
         frame = bytes(frame)
         a = {name: int(action.get(name, 0)) for name in
              ("op", "drop", "ipv6", "l3_off", "l4_off", "count", "probe", "ack", "sr_idx", "pid", "time", "anchors")}
+        if len(frame) > self.depth * _BEAT:
+            self.counts[TOO_LONG] += 1
+            return []
         if a["drop"]:
             self.counts[DROPPED] += 1
             return []

@@ -2,11 +2,12 @@
 (:class:`lbpipe.sim.packet.laps_editor.LapsEditor`).
 
 The DUT is :class:`lbpipe.boards.top.FlatTop` around the editor: ``s_axis_*``/``m_axis_*`` for cocotbext-axi,
-``act_*`` in ``LapsEdit`` packing, the six counters on ``stats``. ``depth`` comes from ``LAPS_DEPTH``. Frames are
-UDP frames (INSERT) and LAPS frames (UPDATE, REMOVE) over IPv4 (with options) and IPv6 with 0 to 2 VLAN tags, and
-random bytes (refused edits). Each frame is sent with one random ``tuser`` on all its beats; every ``m_axis`` frame
-must equal the golden model's byte for byte (the kept lanes), carry that ``tuser`` on every beat, and come in order;
-``stats`` must equal the golden model's counters. Actions are offered as soon as the previous one was taken.
+``act_*`` in ``LapsEdit`` packing, the seven counters on ``stats``. ``depth`` comes from ``LAPS_DEPTH``. Frames are
+UDP frames (INSERT) and LAPS frames (UPDATE, REMOVE) over IPv4 (with options) and IPv6 with 0 to 2 VLAN tags,
+random bytes (refused edits), and frames longer than the beat FIFO (dropped). Each frame is sent with one random
+``tuser`` on all its beats; every ``m_axis`` frame must equal the golden model's byte for byte (the kept lanes),
+carry that ``tuser`` on every beat, and come in order; ``stats`` must equal the golden model's counters. Actions
+are offered as soon as the previous one was taken.
 """
 
 import os
@@ -24,7 +25,7 @@ from lbpipe.tb.lib.harness import AxisBench
 __all__ = ["random_items", "pcap_trace"]
 
 BEAT = 64
-COUNTER_NAMES = ("passed", "updated", "inserted", "removed", "dropped", "refused")
+COUNTER_NAMES = ("passed", "updated", "inserted", "removed", "dropped", "refused", "too_long")
 
 
 def _frame(rng, size_range, *, laps, port):
@@ -183,8 +184,10 @@ class TB(AxisBench):
             elif users != {user}:
                 errors.append(f"output {n}, {what}: tuser {users}, expected {user}")
             n += 1
+        # The action FIFO takes actions well ahead of their frames, and a frame that leaves nothing (dropped, too
+        # long) is counted only once its first beat is through: wait for the source to finish too.
         for _ in range(20_000):
-            if self.taken == self.queued:
+            if self.taken == self.queued and self.source.idle():
                 break
             await RisingEdge(self.dut.clk)
         await ClockCycles(self.dut.clk, 30)
@@ -220,6 +223,9 @@ async def _random_run(dut, *, pauses, seed):
         items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "l3_off": 16, "l4_off": 36}))
         items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "l3_off": 14, "l4_off": 35}))
         items.append((rng.randbytes(rng.randint(60, 300)), {"op": op, "drop": 1}))
+    # And frames longer than the beat FIFO, dropped whatever their action.
+    for op in (0, 1, 2, 3):
+        items.append(sized_item(rng, tb.depth * BEAT + rng.choice((1, 63, BEAT, 300)), op, port=tb.port))
     rng.shuffle(items)
     for frame, action in items:
         tb.send(frame, action)
@@ -323,6 +329,44 @@ async def reset_mid_traffic(dut):
     for frame, action in random_items(rng, 60, port=tb.port, size_range=(60, 600)):
         tb.send(frame, action)
     errors += await tb.check()
+    _fail_on(errors)
+
+
+@cocotb.test()
+async def long_frames(dut):
+    """Frames longer than ``depth`` beats (one byte, one beat and three buffers too many), with every op and with
+    drop, between frames that must come out (exactly ``depth`` beats among them, one with an INSERT refused because
+    its result would be too long): the long ones are dropped and counted in ``too_long`` (counter 6) and in no other
+    counter, the others are as golden. A time limit makes an editor that deadlocks on them fail rather than hang."""
+    from cocotb.triggers import SimTimeoutError, with_timeout
+    from lbpipe.tb.lib.harness import CLOCK_NS
+    tb = TB(dut, pauses=(0.2, 0.2), seed=7)
+    await tb.reset()
+    rng = random.Random(27)
+    size = tb.depth * BEAT
+    plan = [(size, 0, 0), (size + 1, 0, 0), (100, 2, 0), (size + BEAT, 1, 0), (size, 2, 0), (3 * size + 7, 2, 0),
+            (64, 3, 0), (size + 1, 3, 0), (size, 1, 0), (size + 1, 2, 1), (200, 1, 0), (size + BEAT, 2, 0),
+            (size, 3, 0), (size, 1, 1), (2 * size, 0, 1), (130, 0, 0), (size + 1, 1, 0)]
+    for n, op, drop in plan:
+        frame, action = sized_item(rng, n, op, port=tb.port)
+        action["drop"] = drop
+        tb.send(frame, action)
+    beats = sum(-(-n // BEAT) for n, _, _ in plan)
+    try:
+        errors = await with_timeout(tb.check(), (4 * beats + 3000) * CLOCK_NS, "ns")
+    except SimTimeoutError:
+        last_in = tb.in_beats[-1] if tb.in_beats else 0
+        _fail_on([f"timed out: {len(tb.in_beats)} of {beats} beats taken, the last at cycle {last_in} of "
+                  f"{tb.cycle}; s_axis_tready {dut.s_axis_tready.value}; {len(tb.out_beats)} beats out; "
+                  f"{tb.taken} of {tb.queued} actions taken"])
+    stats = tb.read_stats()
+    # By hand, from the plan: 8 frames over the buffer (the two with drop among them: they count there, not as
+    # dropped); passed: the PASS frames of depth beats and of 130 bytes; updated: depth beats and 200 bytes;
+    # inserted: 100 bytes; removed: 64 and depth beats; dropped: the UPDATE of depth beats with drop; refused: the
+    # INSERT of depth beats (its result would be too long).
+    want = [2, 2, 1, 2, 1, 1, 8]
+    if stats != want:
+        errors.append(f"stats {dict(zip(COUNTER_NAMES, stats))}; by hand {dict(zip(COUNTER_NAMES, want))}")
     _fail_on(errors)
 
 
