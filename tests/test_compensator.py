@@ -17,7 +17,7 @@ from lbpipe.tb.lib.packets import roce_nak
 from lbpipe.tb.lib.runner import CocotbFailure, run_cocotb, write_verilog
 from lbpipe.tb.packet.test_compensator import FrameMaker, directed_cases
 
-DROPPED, RECORDED, TOO_LONG, SENT, MISSED = range(5)
+DROPPED, RECORDED, TOO_LONG, SENT, MISSED, CUT = range(6)
 
 
 def _nak(psn=0x123, **options):
@@ -32,7 +32,7 @@ def _counts(**values):
     counts = [0] * N_COUNTERS
     for name, value in values.items():
         counts[{"dropped": DROPPED, "recorded": RECORDED, "too_long": TOO_LONG, "sent": SENT,
-                "missed": MISSED}[name]] = value
+                "missed": MISSED, "cut": CUT}[name]] = value
     return counts
 
 
@@ -43,7 +43,7 @@ def test_golden_passes_a_frame_without_flags():
     frame = bytes(range(200))
     assert model.process(frame, _act(3)) == [frame]
     assert model.process(bytearray(frame), {}) == [frame]
-    assert model.stats() == [0] * 5
+    assert model.stats() == [0] * 6
 
 
 def test_golden_record_then_comp_sends_the_recorded_frame_after_the_trigger():
@@ -163,17 +163,19 @@ def test_golden_counters_in_order():
     model.process(bytes(10), _act(0, drop=1))                  # dropped
     model.process(bytes(10), _act(0, drop=1, comp=1))          # dropped, sent
     model.process(bytes(10), _act(3, drop=1, record=1))        # dropped, recorded
-    assert model.stats() == [3, 2, 1, 2, 2]
+    model.process(bytes(64 * 64 + 1), _act(0))                  # cut
+    assert model.stats() == [3, 2, 1, 2, 2, 1]
 
 
 def test_golden_counters_wrap_modulo_2_to_the_32():
     model = Golden(n_qps=4, depth=64)
-    model.counts = [(1 << 32) - 1, (1 << 32) - 2, 5, (1 << 33) - 1, 0]
-    assert model.stats() == [(1 << 32) - 1, (1 << 32) - 2, 5, (1 << 32) - 1, 0]
+    model.counts = [(1 << 32) - 1, (1 << 32) - 2, 5, (1 << 33) - 1, 0, (1 << 32) - 1]
+    assert model.stats() == [(1 << 32) - 1, (1 << 32) - 2, 5, (1 << 32) - 1, 0, (1 << 32) - 1]
     model.process(bytes(1), _act(0, drop=1))
     model.process(bytes(1), _act(1, record=1))
     model.process(bytes(1), _act(1, comp=1))
-    assert model.stats() == [0, (1 << 32) - 1, 5, 0, 0]
+    model.process(bytes(64 * 64 + 1), _act(2))
+    assert model.stats() == [0, (1 << 32) - 1, 5, 0, 0, 0]
     assert all(0 <= c < 1 << 32 for c in model.stats())
 
 
@@ -185,7 +187,7 @@ def test_golden_reset_clears_counters_and_keeps_templates():
     model.process(bytes(1), _act(13, drop=1, comp=1))
     assert model.stats() == _counts(dropped=1, recorded=1, too_long=1, missed=1)
     model.reset()
-    assert model.stats() == [0] * 5
+    assert model.stats() == [0] * 6
     assert model.process(b"\x01", _act(11, comp=1)) == [b"\x01", nak]
     assert model.process(b"\x02", _act(12, comp=1)) == [b"\x02"]       # an empty template stays empty
     assert model.stats() == _counts(sent=1, missed=1)
@@ -194,7 +196,7 @@ def test_golden_reset_clears_counters_and_keeps_templates():
 def test_golden_directed_cases_reach_every_rule():
     """The testbench's directed prologue, worked through by hand: 23 frames for n_qps = 10 (19 when every qp is
     in range), with the counters and compensation NACKs below."""
-    for n_qps, counts, outputs in ((10, [2, 7, 2, 9, 4], 30), (16, [2, 7, 2, 9, 2], 26)):
+    for n_qps, counts, outputs in ((10, [2, 7, 2, 9, 4, 0], 30), (16, [2, 7, 2, 9, 2, 0], 26)):
         rng = random.Random(1)
         maker = FrameMaker(random.Random(2))
         pairs = directed_cases(rng, maker, n_qps)
@@ -213,6 +215,68 @@ def test_golden_directed_cases_reach_every_rule():
         assert outs[14] == [frames[14], frames[14]] and outs[15] == [frames[14]]
         assert outs[16] == [] and outs[17] == [frames[17], frames[16]]
         assert outs[-1] == [frames[-1], frames[16]]
+
+
+# Frames longer than the beat FIFO: depth 4 keeps 256 bytes.
+
+def test_golden_frame_of_depth_beats_passes_whole_and_one_byte_more_is_cut():
+    model = Golden(n_qps=16, depth=4)
+    whole = bytes(range(256))
+    assert model.process(whole, _act(1)) == [whole]
+    assert model.stats() == _counts()
+    longer = whole + b"\xaa"
+    assert model.process(longer, _act(1)) == [whole]
+    assert model.stats() == _counts(cut=1)
+
+
+@pytest.mark.parametrize("size", [257, 320, 321, 3 * 256 + 7])
+def test_golden_long_frame_leaves_as_its_first_depth_beats(size):
+    model = Golden(n_qps=16, depth=4)
+    frame = bytes((3 * i + 1) & 0xFF for i in range(size))
+    assert model.process(frame, _act(0)) == [frame[:256]]
+    assert model.stats() == _counts(cut=1)
+
+
+def test_golden_long_frame_with_drop_is_dropped_and_counted_twice():
+    model = Golden(n_qps=16, depth=4)
+    assert model.process(bytes(300), _act(0, drop=1)) == []
+    assert model.stats() == _counts(dropped=1, cut=1)
+
+
+def test_golden_long_frame_comp_is_served():
+    """The template follows a cut frame, and takes a dropped cut frame's place."""
+    model = Golden(n_qps=16, depth=4)
+    nak = _nak()
+    model.process(nak, _act(3, record=1))
+    trigger = bytes(range(256)) * 2
+    assert model.process(trigger, _act(3, comp=1)) == [trigger[:256], nak]
+    assert model.process(trigger[1:], _act(3, drop=1, comp=1)) == [nak]
+    assert model.stats() == _counts(dropped=1, recorded=1, sent=2, cut=2)
+
+
+def test_golden_long_frame_is_never_recorded():
+    """depth 2: a cut frame leaves as two beats, which a frame that came whole would be recorded in, but it empties
+    its QP's template and counts as too long; with ``comp`` in the same action the comp then misses."""
+    model = Golden(n_qps=16, depth=2)
+    nak = _nak()
+    model.process(nak, _act(4, record=1))
+    model.process(nak[:-1], _act(5, record=1))
+    frame = bytes(range(129))
+    assert model.process(frame, _act(4, record=1)) == [frame[:128]]
+    assert model.process(b"\x01", _act(4, comp=1)) == [b"\x01"]
+    assert model.process(frame[::-1], _act(5, record=1, comp=1)) == [frame[::-1][:128]]
+    assert model.process(bytes(200), _act(6, drop=1, record=1)) == []
+    assert model.stats() == _counts(dropped=1, recorded=2, too_long=3, missed=2, cut=3)
+    exact = bytes(range(128))                                   # two beats exactly: recorded
+    model.process(exact, _act(4, record=1))
+    assert model.process(b"\x02", _act(4, comp=1)) == [b"\x02", exact]
+
+
+def test_golden_long_frame_qp_out_of_range():
+    """Cut and counted whatever the qp; an out-of-range qp records and sends nothing, as for any frame."""
+    model = Golden(n_qps=10, depth=2)
+    assert model.process(bytes(130), _act(12, record=1, comp=1)) == [bytes(128)]
+    assert model.stats() == _counts(missed=1, cut=1)
 
 
 @pytest.mark.parametrize("cls", [Golden, Compensator], ids=["golden", "rtl"])
@@ -258,14 +322,15 @@ def test_signature():
     dut = Compensator()
     dut._MustUse__silence = True
     assert (dut.n_qps, dut.depth) == (1600, 256)
+    assert dut.max_frame_bytes == 256 * 64
     assert Compensator.RECORD_BEATS == 2
     members = dut.signature.members
     assert set(members) == {"s_axis", "m_axis", "act", "stats"}
     assert members["s_axis"] == In(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["act"] == In(stream.Signature(CompAction(n_qps=1600)))
-    assert members["stats"].flow == Out and Shape.cast(members["stats"].shape).width == 32 * 5
-    assert N_COUNTERS == 5
+    assert members["stats"].flow == Out and Shape.cast(members["stats"].shape).width == 32 * 6
+    assert N_COUNTERS == 6
     small = Compensator(n_qps=10, depth=64, user_width=4)
     small._MustUse__silence = True
     assert (small.n_qps, small.depth) == (10, 64)
@@ -308,7 +373,7 @@ def test_top_ports():
     names = {port.name: len(port) for port in top.ports()}
     assert set(names) == ({f"s_axis_{n}" for n in members} | {f"m_axis_{n}" for n in members} |
                           {"act_valid", "act_ready", "act_payload", "stats"})
-    assert (names["s_axis_tdata"], names["m_axis_tkeep"], names["act_payload"], names["stats"]) == (512, 64, 23, 160)
+    assert (names["s_axis_tdata"], names["m_axis_tkeep"], names["act_payload"], names["stats"]) == (512, 64, 23, 192)
 
 
 # --- RTL: cocotb under Icarus ----------------------------------------------------------------------------------------
@@ -330,6 +395,13 @@ def _run(testcase, *, n_qps=10, depth=64, user_width=1, env=None):
 def test_compensator_cocotb(testcase):
     """n_qps = 10 (qp 10 .. 15 out of range), a 64-beat FIFO, 1-bit tuser."""
     _run(testcase)
+
+
+@pytest.mark.parametrize("testcase, depth", [("long_frames", 64), ("long_frames_pauses", 64), ("long_frames", 2)])
+def test_compensator_cocotb_long_frames(testcase, depth):
+    """Frames longer than the beat FIFO are cut (no deadlock), early and late actions, every kind of action; depth 2
+    is where a cut frame would otherwise fit a template's two beats."""
+    _run(testcase, depth=depth)
 
 
 def test_compensator_cocotb_wide_tuser():

@@ -28,23 +28,41 @@ by the reset leaves its QP's template empty (the flags are cleared with the fram
 last). Themis-D clears its flow table on reset and a QP set-up disarms, so in the wire pipeline a ``comp`` always
 follows a ``record`` of its QP made since.
 
-**Buffers and flow control.** The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action arrives,
-as the deparser's does: a frame must fit in it (the action comes after its last beat), and for one beat per clock it
-must also hold what arrives while a frame waits for its action: ``depth`` at least the largest frame's beats plus
-the action latency (about 20 cycles in the Themis-D pipeline). The *action FIFO* (``depth`` entries) holds the
-actions of frames still in the beat FIFO, so the stages that decide them never wait for a long frame ahead to leave;
-when actions come after their frames' last beats (as in the wire pipeline) it cannot fill while the beat FIFO has
-room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the beat FIFO has room,
-``act.ready`` while the action FIFO has. Actions are paired with frames in order only: an action may arrive before
-its frame (pairing it with the right frame is the sender's business; in the wire pipeline it cannot, as the parser
-emits a frame's item after its last beat). A beat leaves the beat FIFO when its frame's action is at the head of the
-action FIFO and the ``m_axis`` register can take it (or the frame is dropped); the action leaves with the frame's
-last beat. Frames pass at one beat per clock. A compensation NACK costs two cycles to fetch its template (the memory
-read, then its registered output, as block RAM outputs are registered) and one cycle per beat sent; frames behind it
-wait.
+**Frames longer than the beat FIFO** (choice). A frame of more than ``depth`` beats cannot wait in the beat FIFO for
+an action that comes after its last beat (as every action does in the wire pipeline): its own beats would fill the
+FIFO and hold ``s_axis.tready`` low for ever. So its ``depth``-th beat is written as its last and marked *cut*, and
+the rest of it is taken from ``s_axis`` and discarded. Its first ``depth`` beats are then a frame like any other,
+under the frame's action: ``drop`` drops them, otherwise they leave (the ``depth``-th with ``tlast``), and ``comp``
+sends the QP's template after them (the compensation concerns another packet and Themis-D has already disarmed, so
+losing it would leave the sender to its timeout). A cut frame is never recorded: ``record`` empties the QP's template
+and counts as too long to record, as for any frame over two beats (a cut frame has more than ``depth`` >= 2).
+Counter 5 counts cut frames whatever their action (one with ``drop`` counts in counter 0 as well).
 
-Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames dropped, 1 NACK frames recorded, 2 NACK
-frames too long to record, 3 compensation NACKs sent, 4 compensations missed (no template).
+Why cut short and not dropped whatever the action, as the deparser drops: this stage is cut-through when the action
+is there first (a frame's first beat leaves one cycle after it reaches the head of the beat FIFO), so a frame's first
+beats may have left before its ``depth``-th beat shows that it is too long. Dropping it always would mean holding
+every frame until its last beat is in, which costs latency and throughput when actions come early; a rule that
+depended on when the action came would make the output depend on timing. In the wire pipeline, where the action
+always comes after the last beat, the two rules differ only in whether the ``depth`` beats leave.
+
+**Buffers and flow control.** The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action arrives,
+as the deparser's does: a frame must fit in it to leave whole (the action comes after its last beat), and for one
+beat per clock it must also hold what arrives while a frame waits for its action: ``depth`` at least the largest
+frame's beats plus the action latency (about 20 cycles in the Themis-D pipeline). The *action FIFO* (``depth``
+entries) holds the actions of frames still in the beat FIFO, so the stages that decide them never wait for a long
+frame ahead to leave; when actions come after their frames' last beats (as in the wire pipeline) it cannot fill
+while the beat FIFO has room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the
+beat FIFO has room or the rest of a cut frame is being discarded, ``act.ready`` while the action FIFO has room.
+Actions are paired with frames in order only: an action may arrive before its frame (pairing it with the right frame
+is the sender's business; in the wire pipeline it cannot, as the parser emits a frame's item after its last beat). A
+beat leaves the beat FIFO when its frame's action is at the head of the action FIFO and the ``m_axis`` register can
+take it (or the frame is dropped); the action leaves with the frame's last beat. Frames pass at one beat per clock.
+A compensation NACK costs two cycles to fetch its template (the memory read, then its registered output, as block
+RAM outputs are registered) and one cycle per beat sent; frames behind it wait.
+
+Counters (``stats``, 32 bits each, wrapping; cleared by reset): 0 frames dropped (by their action), 1 NACK frames
+recorded, 2 NACK frames too long to record, 3 compensation NACKs sent, 4 compensations missed (no template), 5 frames
+cut for being longer than ``depth`` beats.
 """
 
 from amaranth import Const, Module, Mux, Signal
@@ -60,7 +78,7 @@ __all__ = ["Compensator", "CompAction", "N_COUNTERS", "check_parameters"]
 
 _BEAT_BYTES = 64
 #: Counters in ``stats``.
-N_COUNTERS = 5
+N_COUNTERS = 6
 
 
 def _qp_bits(n_qps):
@@ -100,7 +118,7 @@ class Compensator(wiring.Component):
     n_qps : int
         Templates (Themis-D's flow-table entries), 1 to 65536.
     depth : int
-        Beat FIFO, in beats, 2 to 4096.
+        Beat FIFO, in beats, 2 to 4096; a longer frame is cut to ``depth`` beats (module docstring).
     user_width : int
         Width of ``tuser``.
 
@@ -110,7 +128,8 @@ class Compensator(wiring.Component):
     m_axis : Out(AXI4StreamSignature(512, user_width))
     act : In(stream.Signature(CompAction(n_qps=n_qps)))
     stats : Out(32 * N_COUNTERS)
-        The counters of the module docstring; counter ``i`` in bits ``32i+31:32i``.
+        The counters of the module docstring; counter ``i`` in bits ``32i+31:32i``; counter 5 (frames cut for being
+        longer than ``depth`` beats) is the last.
 
     Raises
     ------
@@ -146,6 +165,11 @@ class Compensator(wiring.Component):
         return self._depth
 
     @property
+    def max_frame_bytes(self):
+        """The longest frame that leaves whole (longer ones are cut to this and counted in ``stats``)."""
+        return self._depth * _BEAT_BYTES
+
+    @property
     def template_bits(self):
         """Bits of template memory: two beats of data and ``tuser``, the last beat's ``tkeep`` and two flags, per
         QP."""
@@ -156,13 +180,8 @@ class Compensator(wiring.Component):
         m = Module()
         uw = self._user_width
         s, o, act = self.s_axis, self.m_axis, self.act
-        beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=uw)
-        m.submodules.beats = beats = StreamFIFO(shape=beat_layout, depth=self._depth)
-        m.d.comb += [
-            beats.i.payload.data.eq(s.tdata), beats.i.payload.keep.eq(s.tkeep),
-            beats.i.payload.last.eq(s.tlast), beats.i.payload.user.eq(s.tuser),
-            beats.i.valid.eq(s.tvalid), s.tready.eq(beats.i.ready),
-        ]
+        m.submodules.beats = beats = StreamFIFO(shape=_buffered_beat(uw), depth=self._depth)
+        self._cut_input(m, s, beats.i)
 
         # Actions wait in their own FIFO for their frames to reach the head of the beat FIFO, so that Themis-D and
         # the stages before it never wait for the frame end: behind a long frame, the short frames after it have
@@ -206,7 +225,7 @@ class Compensator(wiring.Component):
         m.d.comb += [
             w0.addr.eq(a.qp), w1.addr.eq(a.qp), wm.addr.eq(a.qp),
             w0.data.eq(head.data), w1.data.eq(head.data),
-            wm.data.ok.eq(head.last & (idx < 2)), wm.data.two.eq(idx == 1), wm.data.keep.eq(head.keep),
+            wm.data.ok.eq(head.last & (idx < 2) & ~head.cut), wm.data.two.eq(idx == 1), wm.data.keep.eq(head.keep),
             wm.data.user0.eq(Mux(idx == 0, head.user, user0)), wm.data.user1.eq(head.user),
         ]
 
@@ -240,8 +259,10 @@ class Compensator(wiring.Component):
                         m.d.sync += idx.eq(0)
                         with m.If(a.drop):
                             m.d.sync += count(0)
+                        with m.If(head.cut):
+                            m.d.sync += count(5)
                         with m.If(record):
-                            with m.If(idx < 2):
+                            with m.If((idx < 2) & ~head.cut):
                                 m.d.sync += count(1)
                             with m.Else():
                                 m.d.sync += count(2)
@@ -283,6 +304,40 @@ class Compensator(wiring.Component):
                     m.next = "PASS"
         m.d.comb += [in_pass.eq(fsm.ongoing("PASS")), fetch.eq(fsm.ongoing("FETCH"))]
         return m
+
+    def _cut_input(self, m, s, w):
+        """``s_axis`` into the beat FIFO's input ``w``, cutting frames longer than the FIFO (module docstring).
+
+        Registers ``n_in`` (beats of the frame on ``s_axis`` written so far, up to ``depth - 1``), ``at_limit``
+        (``n_in == depth - 1``, registered so that no compare lies between ``s_axis`` and the FIFO) and
+        ``discarding`` (the rest of a cut frame is being taken and thrown away). The ``depth``-th beat of a frame
+        without ``tlast`` is written with ``last`` and ``cut``: a frame that waited for its room in the FIFO would
+        wait for ever, as its own beats hold it."""
+        n_in = Signal(range(self._depth))
+        at_limit = Signal()           # the next beat taken is the frame's depth-th (n_in == depth - 1)
+        discarding = Signal()
+        cut = Signal()
+        m.d.comb += [
+            cut.eq(~s.tlast & at_limit),
+            w.payload.data.eq(s.tdata), w.payload.keep.eq(s.tkeep), w.payload.user.eq(s.tuser),
+            w.payload.last.eq(s.tlast | cut), w.payload.cut.eq(cut),
+            w.valid.eq(s.tvalid & ~discarding),
+            s.tready.eq(discarding | w.ready),
+        ]
+        with m.If(s.tvalid & s.tready):
+            with m.If(discarding):
+                m.d.sync += discarding.eq(~s.tlast)
+            with m.Elif(s.tlast | at_limit):
+                m.d.sync += [n_in.eq(0), at_limit.eq(0), discarding.eq(cut)]
+            with m.Else():
+                m.d.sync += [n_in.eq(n_in + 1), at_limit.eq(n_in == self._depth - 2)]
+
+
+def _buffered_beat(user_width):
+    """A beat in the beat FIFO: :func:`lbpipe.hdl.lib.axis.AxisBeat` and ``cut`` (set on the last beat written of a
+    frame longer than the FIFO)."""
+    beat = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=user_width)
+    return data.StructLayout({**{name: field.shape for name, field in beat}, "cut": 1})
 
 
 def _template_meta(user_width):

@@ -144,7 +144,8 @@ class ThemisDWire(wiring.Component):
     buckets, ways, ipv6
         The QP classifier's (:class:`lbpipe.hdl.packet.qp_classifier.QpClassifier`).
     depth : int
-        The compensator's frame buffer, in beats.
+        The compensator's frame buffer, in beats; a longer frame leaves cut to ``depth`` beats, counted in the
+        compensator's last counter.
 
     Members
     -------
@@ -153,8 +154,8 @@ class ThemisDWire(wiring.Component):
     ctl : In(ControlSignature())
         Tables 0 to 15 go to the QP classifier (0 KEY, 1 INSERT, 2 DELETE, 3 CLEAR), tables 16 to 31 to Themis-D as
         table ``t - 16`` (16 QP set-up, 17 QP tear-down); other tables are ignored.
-    stats : Out(32 * 16)
-        The classifier's 3 counters, Themis-D's 8, the compensator's 5, in that order.
+    stats : Out(32 * 17)
+        The classifier's 3 counters, Themis-D's 8, the compensator's 6, in that order.
     """
 
     def __init__(self, *, n_qps=1600, queue_depth=100, n_paths=256, entry_bits=9, buckets=4096, ways=4,

@@ -3,7 +3,7 @@
 
 The DUT is :class:`lbpipe.boards.top.FlatTop` around the compensator: ``s_axis_*`` and ``m_axis_*`` for
 cocotbext-axi's ``AxiStreamSource``/``AxiStreamSink``, ``act_valid``/``act_ready``/``act_payload`` in ``CompAction``
-packing (first field in the low bits), and the five counters on the output port ``stats`` (FlatTop keeps ``stats``
+packing (first field in the low bits), and the six counters on the output port ``stats`` (FlatTop keeps ``stats``
 as a port for a block without ``ctl``). ``n_qps`` and ``depth`` come from the environment (``COMP_N_QPS``,
 ``COMP_DEPTH``); ``tuser``'s width is read from the DUT.
 
@@ -11,7 +11,8 @@ Every frame is sent with random bytes in its last beat's unused lanes and a rand
 frame's bytes are unique in a test, so a template the golden model sends names the frame it was recorded from. Each
 ``m_axis`` frame must equal, in order, the golden model's output lane for lane: ``tdata`` (the unused lanes too, as
 sent), ``tkeep`` and ``tuser`` of every beat, a compensation NACK carrying the lanes and ``tuser`` of the frame it
-was recorded from; no frame more; and ``stats`` must equal the golden model's counters at the end. The action
+was recorded from, a frame cut for being longer than ``depth`` beats the first ``depth`` beats of its lanes; no frame
+more; and ``stats`` must equal the golden model's counters at the end. The action
 driver offers the actions in frame order and holds each until ``act_ready``; the scoreboard is what shows that the
 DUT kept them in order and lost none (a frame paired with another frame's action comes out wrong, and one left
 without an action never comes out). The driver also checks that ``act_ready`` is 0 or 1 at every edge after reset
@@ -43,7 +44,7 @@ BEAT = 64
 #: Sizes every random run includes: a runt, one full beat, just over one, exactly two beats, just over two.
 SPECIAL_SIZES = (1, 64, 65, 128, 129)
 #: The counters in ``stats``, in order.
-COUNTER_NAMES = ("dropped", "recorded", "too long", "sent", "missed")
+COUNTER_NAMES = ("dropped", "recorded", "too long", "sent", "missed", "cut")
 
 
 # -- traffic ----------------------------------------------------------------------------------------------------------
@@ -292,8 +293,13 @@ class TB(AxisBench):
         for k, out in enumerate(outputs):
             template = k > 0 or bool(action.get("drop"))
             what = f"template of {len(out)} bytes" if template else "its frame"
-            self.expected.append((f"frame {index} ({len(frame)} bytes, action {action}): {what}", template,
-                                  *self.lanes[out]))
+            lanes = self.lanes[out] if template or out == frame else None
+            if lanes is None:
+                # A frame cut for being longer than the beat FIFO: its first beats, lanes and tuser as sent.
+                assert frame.startswith(out) and len(out) % BEAT == 0, "an output frame that was never sent"
+                lanes = tuple(lane[:len(out)] for lane in self.lanes[frame])
+                what = f"its frame cut to {len(out)} bytes"
+            self.expected.append((f"frame {index} ({len(frame)} bytes, action {action}): {what}", template, *lanes))
 
     def send_all(self, pairs, delay=random_delay):
         """Send ``(frame, action)`` pairs, each action with ``delay(rng)``."""
@@ -384,7 +390,9 @@ async def _random_run(dut, *, pauses, seed):
     errors = await tb.check()
     dut._log.info("%d frames out; counters %s; %d two-beat templates with a different tuser per beat", tb.checked,
                   dict(zip(COUNTER_NAMES, tb.read_stats())), tb.two_user_templates)
-    errors += [f"the run never counted {name}" for name, c in zip(COUNTER_NAMES, tb.model.stats()) if not c]
+    # Frames longer than the beat FIFO are long_frames' business: the random traffic stays within it.
+    errors += [f"the run never counted {name}" for name, c in zip(COUNTER_NAMES, tb.model.stats())
+               if not c and name != "cut"]
     if not tb.two_user_templates:
         errors.append("no two-beat template with a different tuser per beat was checked")
     _fail_on(errors)
@@ -714,6 +722,65 @@ async def reset_cuts_record(dut):
 
     frame_c = tb.maker.sized(rng.randint(1, 300))
     tb.send(frame_c, _action(rng, qp=qp, comp=1), outputs=[frame_c])
-    # dropped, recorded, too long, sent: 0; missed: 1.
-    errors += await tb.check(stats=[0, 0, 0, 0, 1])
+    # dropped, recorded, too long, sent: 0; missed: 1; cut: 0.
+    errors += await tb.check(stats=[0, 0, 0, 0, 1, 0])
     _fail_on(errors)
+
+
+async def _long_frames(dut, *, pauses, seed):
+    """Frames longer than the beat FIFO (``D = depth * 64`` bytes) between frames that must pass, each action early
+    or 4 cycles late, with every kind of action on the long ones; under a time limit, so an input that deadlocks
+    fails instead of hanging the run. Outputs as golden, and the counters written by hand below."""
+    from cocotb.triggers import with_timeout
+    tb = TB(dut, pauses=pauses, seed=seed)
+    await tb.reset()
+    rng = random.Random(seed + 40)
+    size = tb.depth * BEAT
+    late, early = 4, None
+    nak = tb.maker.nak()
+    assert len(nak) <= 2 * BEAT
+    steps = [
+        # frame, action, delay                                                 what leaves; counters that move
+        (nak, dict(qp=1, record=1), late),                                   # the NAK; recorded
+        (tb.maker.sized(size + 1), dict(qp=1, comp=1), late),                # D bytes, the NAK; cut, sent
+        (tb.maker.sized(100), dict(qp=1), early),                            # it
+        (tb.maker.sized(size + BEAT), dict(qp=1, drop=1, comp=1), late),     # the NAK; dropped, cut, sent
+        (tb.maker.sized(size), dict(qp=1, comp=1), late),                    # it whole, the NAK; sent
+        (tb.maker.sized(3 * size + 7), dict(qp=1, record=1), late),          # D bytes; too long, cut
+        (tb.maker.sized(64), dict(qp=1, comp=1), early),                     # it; missed
+        (tb.maker.sized(size + 1), dict(qp=2, record=1, comp=1), late),      # D bytes; too long, cut, missed
+        (tb.maker.sized(1), dict(qp=2, record=1), late),                     # it; recorded
+        (tb.maker.sized(size + 1), dict(qp=2), early),                       # D bytes (cut through); cut
+        (tb.maker.sized(2 * size + 5), dict(qp=2, drop=1), early),           # nothing; dropped, cut
+        (tb.maker.sized(1), dict(qp=2, comp=1), late),                       # it, the 1-byte record; sent
+        (tb.maker.sized(size + 1), dict(qp=2, drop=1, record=1), late),      # nothing; dropped, too long, cut
+        (tb.maker.sized(64), dict(qp=2, comp=1), late),                      # it; missed
+        (tb.maker.sized(size), dict(qp=3), early),                           # it whole
+    ]
+    for frame, action, delay in steps:
+        tb.send(frame, _action(rng, **action), delay)
+    beats = sum(-(-len(frame) // BEAT) for frame, _, _ in steps)
+    # Every beat in and out once at one per clock, with the pauses' slowdown, and the actions' delays: a generous
+    # limit, well under check's own 20,000 idle cycles (4 ns a cycle).
+    errors = await with_timeout(tb.check(), 4 * (4 * beats + 100 * len(steps) + 2_000), "ns")
+    # dropped 3, recorded 2, too long 3, sent 4, missed 3, cut 7 (the comments above, summed by hand).
+    want = [3, 2, 3, 4, 3, 7]
+    if tb.read_stats() != want:
+        errors.append(f"stats {tb.read_stats()}, by hand {want}")
+    dut._log.info("%d frames out for %d in (%d beats); counters %s", tb.checked, len(steps), beats,
+                  dict(zip(COUNTER_NAMES, tb.read_stats())))
+    _fail_on(errors)
+
+
+@cocotb.test()
+async def long_frames(dut):
+    """Frames of ``D + 1``, ``D + 64``, ``2D + 5`` and ``3D + 7`` bytes (``D = depth * 64``) are cut to ``D`` bytes,
+    whatever their action, and their actions applied to what is left (module docstring); frames of ``D`` bytes and
+    less around them pass; ``s_axis`` never deadlocks."""
+    await _long_frames(dut, pauses=None, seed=10)
+
+
+@cocotb.test()
+async def long_frames_pauses(dut):
+    """As long_frames, with idle cycles on s_axis and back-pressure on m_axis."""
+    await _long_frames(dut, pauses=(0.3, 0.4), seed=11)

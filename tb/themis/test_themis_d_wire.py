@@ -3,7 +3,7 @@ model.
 
 The DUT is :class:`lbpipe.boards.top.FlatTop` around :class:`lbpipe.hdl.themis.wire.ThemisDWire`: ``s_axis_*`` and
 ``m_axis_*`` (cocotbext-axi AxiStreamSource/Sink) and ``s_axil_*`` (AxiLiteMaster: the classifier's table, QP
-set-up, and the 16 counters as STATUS_0..15). Traffic is a closed-loop Themis run
+set-up, and the 17 counters as STATUS_0..16). Traffic is a closed-loop Themis run
 (:func:`lbpipe.sim.themis.net.generate`: spraying over N paths, losses, a NIC-SR receiver that NACKs) turned into
 scapy RoCEv2 frames by :func:`closed_loop_traffic`, with foreign, malformed and truncated frames mixed in. Every
 output frame must equal the golden model's, bit for bit, every RoCEv2 output frame must carry a correct ICRC, and
