@@ -11,7 +11,8 @@ import tempfile
 from .blocks import Block, get_block
 from .trace import TraceError, pack, read_events, read_pcap, where, write_events, write_pcap
 
-__all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "replay_pcap", "check_events", "build_top", "top_verilog"]
+__all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "replay_pcap",
+           "check_events", "build_top", "top_verilog"]
 
 
 def resolve_block(block):
@@ -42,12 +43,14 @@ def check_ctl_events(block, params, events):
     """Reject control commands a packet pipeline's control port cannot carry (a negative or too wide table, index or
     data, a field that is not an integer, an event that is not a command), naming the file and line; both engines
     call this before any command is applied."""
-    from lbpipe.hdl.lib.control import ControlSignature
     component = block.build(**params)
     component._MustUse__silence = True
     members = component.signature.members
-    ctl_layout = (members["ctl"].signature.members["payload"].shape if "ctl" in members
-                  else ControlSignature().members["payload"].shape)
+    if "ctl" not in members:
+        if events:
+            raise ValueError(f"{block.name} has no control port: --ctl does not apply")
+        return
+    ctl_layout = members["ctl"].signature.members["payload"].shape
     for number, event in enumerate(events):
         try:
             if set(event) != {"ctl"}:
@@ -206,7 +209,8 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
         write_events(ctl, ctl_events)
         acts = pathlib.Path(tmp) / "actions.jsonl"
         write_events(acts, actions or [])
-        env = {"LBPIPE_CTL": str(ctl), "LBPIPE_ACTIONS": str(acts), "LBPIPE_PARAMS": json.dumps(params), "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
+        env = {"LBPIPE_CTL": str(ctl), "LBPIPE_ACTIONS": str(acts), "LBPIPE_PARAMS": json.dumps(params),
+               "LBPIPE_PCAP_IN": str(pathlib.Path(pcap_in).resolve()),
                "LBPIPE_PCAP_OUT": str(pathlib.Path(pcap_out).resolve()), "LBPIPE_IDLE": str(idle),
                "LBPIPE_BACKPRESSURE": str(backpressure), "LBPIPE_SEED": str(seed)}
         run_cocotb(path, toplevel="lbpipe_top", test_module=block.tb_module, testcase="replay", extra_env=env)

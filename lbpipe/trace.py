@@ -15,8 +15,8 @@ byte: runts and malformed frames included.
 
 import json
 
-__all__ = ["Events", "where", "read_events", "write_events", "pack", "unpack", "layout_fields", "is_integer", "TraceError",
-           "read_pcap", "write_pcap"]
+__all__ = ["Events", "where", "read_events", "write_events", "pack", "unpack", "layout_fields", "is_integer",
+           "TraceError", "read_pcap", "write_pcap"]
 
 #: pcap link type of Ethernet frames.
 _LINKTYPE_ETHERNET = 1

@@ -133,6 +133,8 @@ def _bad_inputs(tmp):
          "--backpressure is a probability"),
         (["replay", "themis-d", str(good), "--backpressure", "-0.1"], "--backpressure is a probability"),
         (["replay", "parser", str(good)], "parser has no replay"),
+        (["replay", "laps-editor", f"{t}/two.pcap", "--ctl", f"{t}/badctl.jsonl", "-o", f"{t}/o.pcap"],
+         "laps-editor has no control port"),
         (["verilog", "qp-classifier", "--param", "ipv6=maybe", "-o", f"{t}/v"], "ipv6 takes true or false"),
         (["verilog", "themis-d", "--param", "n_qps=0", "-o", f"{t}/never"], "themis-d: "),
         (["trace", "themis-s", "--param", "n_paths=-1", "-o", f"{t}/t.jsonl"], "themis-s: "),

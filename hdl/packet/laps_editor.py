@@ -24,7 +24,8 @@ The LAPS header is at ``h = l4_off + 8``; ``K = 12 + 4 * count`` bytes long.
   frame was not checkable before either).
 * **drop** discards the frame, whatever ``op`` says (so does a frame longer than ``depth`` beats, below).
 
-**When an edit applies** (:func:`edit_applies`; otherwise the frame passes unchanged and is counted as refused):
+**When an edit applies** (the golden model's :func:`lbpipe.sim.packet.laps_editor.edit_applies`, written
+there again; otherwise the frame passes unchanged and is counted as refused):
 ``l4_off`` even, ``l3_off`` 14, 18 or 22, ``count`` at most 4; and, where the brief that fixed the rules was
 silent, ``l4_off >= l3_off + 20`` (the UDP header after the IP fields written) and ``h + K <= 128`` (every byte read
 or written, and the header removed, within the frame's first two beats; a real header gives at most 118); the frame
@@ -75,7 +76,7 @@ from lbpipe.hdl.lib.meta import TAG_BITS
 from lbpipe.hdl.packet.parser import LAPS_PORT, check_laps_port
 
 __all__ = ["LapsEditor", "LapsEdit", "N_COUNTERS", "OP_PASS", "OP_UPDATE", "OP_INSERT", "OP_REMOVE", "WINDOW",
-           "check_parameters", "edit_applies"]
+           "check_parameters"]
 
 _BEAT = 64
 #: Bytes at the frame start an edit may touch (two beats): the bytes read and written, and the header removed.
@@ -119,17 +120,6 @@ def check_parameters(*, depth, user_width, laps_port):
         if not lo <= value <= hi:
             raise ValueError(f"{name} must be from {lo} to {hi}, not {value}")
     check_laps_port(laps_port)
-
-
-def edit_applies(*, op, l3_off, l4_off, count, length, depth):
-    """Whether an UPDATE, INSERT or REMOVE is made on a frame of ``length`` bytes (the module docstring's rule)."""
-    h = l4_off + 8
-    k = 12 + 4 * count
-    if l4_off % 2 or l3_off not in L3_OFFSETS or l4_off < l3_off + 20 or count > 4 or h + k > WINDOW:
-        return False
-    if op == OP_INSERT:
-        return h <= length and length + k <= depth * _BEAT
-    return h + k <= length
 
 
 def _byte(value, index):

@@ -41,8 +41,8 @@ class Block:
 
     ``build(**params)`` returns the Amaranth component (ports ``i``, ``o``, ``ctl``); ``golden(**params)`` the
     golden model (``control``, ``process``, ``reset`` and optionally ``cycles``); ``tb_module`` is the cocotb module
-    with the generic ``trace`` and ``reset_mid_traffic`` tests; ``paper`` holds the paper's figures for the synthesis report;
-    ``report_extra(params, component)`` returns extra report lines (label -> text).
+    with the generic ``trace``, ``reset_mid_traffic`` and ``reset_state`` tests; ``paper`` holds the paper's figures
+    for the synthesis report; ``report_extra(params, component)`` returns extra report lines (label -> text).
     """
     name: str
     summary: str
