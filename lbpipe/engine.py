@@ -106,10 +106,17 @@ def build_top(block, params):
 
 
 def top_verilog(block, params, directory=None):
-    """Write the wrapped block's Verilog (content-addressed build directory unless given); returns the path."""
-    from lbpipe.tb.lib.runner import write_verilog
-    top = build_top(block, params)
-    return write_verilog(top, name="lbpipe_top", ports=top.ports(), directory=directory)
+    """Write the wrapped block's Verilog (content-addressed build directory unless given, and then not written again
+    while the design's sources are unchanged: :func:`lbpipe.tb.lib.runner.cached_verilog`); returns the path."""
+    from lbpipe.tb.lib.runner import cached_verilog, write_verilog
+
+    def make():
+        top = build_top(block, params)
+        return write_verilog(top, name="lbpipe_top", ports=top.ports(), directory=directory)
+    if directory is not None:
+        return make()
+    block = resolve_block(block)
+    return cached_verilog({"block": block.name, "params": block.resolve(params), "top": "lbpipe_top"}, make)
 
 
 def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compare=True, testcase="trace",
