@@ -23,16 +23,35 @@ cells. Choices made where Vivado's definition needs interpreting:
 * ``INV``, buffers (``BUF*``, ``IBUF``, ``OBUF``) and constant drivers cost nothing; any other cell type
   counts as one level, so an unexpected primitive makes the figure pessimistic rather than optimistic.
 * Delays are kept per cell, not per output pin: a multi-output cell's outputs all take its latest input.
+* **Block RAM and UltraRAM read data without the output register.** A ``RAMB18E2``/``RAMB36E2`` port whose
+  ``DOA_REG``/``DOB_REG`` is 0 (Yosys always writes 0), or a ``URAM288`` port whose ``OREG_A``/``OREG_B`` is
+  ``FALSE``, has a clock-to-out of about 1.5-2 ns on a -2 UltraScale+ part against about 0.3 ns with the register
+  on. At 250 MHz, 6 levels share 4 ns, about 0.65 ns a level (LUT plus its routing), so the extra 1.2-1.7 ns is
+  about two levels: a path launched from such a port starts at :data:`UNREGISTERED_RAM_PENALTY` (2) levels
+  instead of 0. Exception: a port whose every used output bit drives only ``D`` pins of ``FDRE``/``FDSE`` flip-flops
+  clocked by the RAM's own clock is *packable*: Vivado absorbs those flip-flops into the RAM's output register
+  (synchronous reset and clock enable map to ``RSTREG``/``REGCE``; that the flip-flops of one port share one
+  enable and one reset, as Vivado needs, is not checked), so the port counts as registered and its paths start
+  at 0. A port with any other load (a LUT, a port, an asynchronously reset flip-flop, another RAM)
+  is unregistered, and every path from it, the direct ones into flip-flops included, is charged and counted.
+  Primitive defaults apply when the parameter is absent (``DO*_REG`` = 1, ``OREG_*`` = ``FALSE``).
+* **Port to port.** A combinational path from a module input port to a module output port is reported by
+  port name (:func:`analyse`): a block that users instantiate next to other logic must not have one.
 
 Combinational loops (which a correct design does not have, but a buggy one can) do not hang the analysis:
 each loop is broken at one edge, the cell after the cut starts paths of its own, and the cut is reported
 as a ``"note: ..."`` entry after the path. The depth through a loop is arbitrary: fix the loop.
 """
 
+import re
 from collections import defaultdict, deque
 
 
-__all__ = ["logic_levels", "carry4_chains", "top_module"]
+__all__ = ["logic_levels", "analyse", "carry4_chains", "top_module", "UNREGISTERED_RAM_PENALTY"]
+
+#: Levels charged at the start of a path launched from a block RAM or UltraRAM read port without its output
+#: register (see the module docstring for the figures behind the number).
+UNREGISTERED_RAM_PENALTY = 2
 
 
 _ZERO_WEIGHT = frozenset({
@@ -164,6 +183,125 @@ def carry4_chains(module):
     return chains
 
 
+_FF_PACKABLE = frozenset({"FDRE", "FDSE"})
+_RAM_CLOCK_PORTS = ("CLKARDCLK", "CLKBWRCLK", "CLKA", "CLKB", "CLK", "CLKARDCLKL", "CLKARDCLKU", "CLKBWRCLKL",
+                    "CLKBWRCLKU")
+
+
+def _param_on(value, default):
+    # Binary strings ("1", "00000001"), integers, or strings such as "TRUE"/"FALSE" (Yosys may pad a string
+    # parameter with a trailing space to tell it from a bit string).
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return value != 0
+    text = str(value).strip()
+    if text and set(text) <= {"0", "1"}:
+        return "1" in text
+    return text.upper() == "TRUE"
+
+
+def _ram_port_side(cell_type, port):
+    """``"A"`` or ``"B"``: which output register governs output ``port`` of a block RAM or UltraRAM, or None
+    when ``cell_type`` is neither."""
+    if cell_type.startswith("RAMB"):
+        if port.startswith(("DOUTB", "DOUTPB", "CASDOUTB", "CASDOUTPB", "DOB", "DOPB")):
+            return "B"
+        return "A"
+    if cell_type.startswith("URAM"):
+        return "B" if port.endswith("_B") else "A"
+    return None
+
+
+def _ram_side_registered(cell, side):
+    """Whether the RAM's output register for ``side`` is on, from the cell's parameters."""
+    params = cell.get("parameters", {})
+    if cell["type"].startswith("RAMB"):
+        return _param_on(params.get(f"DO{side}_REG"), True)
+    return _param_on(params.get(f"OREG_{side}"), False)
+
+
+def _unregistered_ram_ports(module, driver):
+    """``{(cell_name, side)}`` of block RAM and UltraRAM ports that launch unregistered, unpackable read data."""
+    cells = module.get("cells", {})
+    used = defaultdict(set)                  # (cell, side) -> output bits with at least one load
+    loads = defaultdict(list)                # bit -> [(cell_name, port)] reading it
+    for name, cell in cells.items():
+        directions = cell.get("port_directions", {})
+        for port, bits in cell.get("connections", {}).items():
+            if directions.get(port) in ("input", "inout"):
+                for bit in bits:
+                    if isinstance(bit, int):
+                        loads[bit].append((name, port))
+    port_loads = set()
+    for port in module.get("ports", {}).values():
+        if port["direction"] in ("output", "inout"):
+            port_loads.update(bit for bit in port["bits"] if isinstance(bit, int))
+    for bit, (name, port) in driver.items():
+        if name is None:
+            continue
+        side = _ram_port_side(cells[name]["type"], port)
+        if side is not None and (loads.get(bit) or bit in port_loads):
+            used[(name, side)].add(bit)
+    out = set()
+    for (name, side), bits in used.items():
+        cell = cells[name]
+        if _ram_side_registered(cell, side):
+            continue
+        clocks = {bit for port in _RAM_CLOCK_PORTS for bit in cell.get("connections", {}).get(port, [])}
+        packable = all(
+            bit not in port_loads and all(
+                cells[load]["type"] in _FF_PACKABLE and load_port == "D"
+                and cells[load]["connections"].get("C", [None])[0] in clocks
+                for load, load_port in loads[bit])
+            for bit in bits)
+        if not packable:
+            out.add((name, side))
+    return out
+
+
+def _net_names(module):
+    """Map bit id to ``name[i]`` (or ``name``) of a net the design named (Yosys's ``hide_name`` 0)."""
+    out = {}
+    for net, info in module.get("netnames", {}).items():
+        if info.get("hide_name"):
+            continue
+        bits = info.get("bits", [])
+        for i, bit in enumerate(bits):
+            if isinstance(bit, int):
+                out.setdefault(bit, net if len(bits) == 1 else f"{net}[{i}]")
+    return out
+
+
+def _readable(name, cell, net_names):
+    """A cell Yosys named automatically (``$abc$...``, ``$auto$...``) goes by the named net its output drives."""
+    if not name.startswith("$"):
+        return name
+    directions = cell.get("port_directions", {})
+    for port, bits in cell.get("connections", {}).items():
+        if directions.get(port) == "output":
+            for bit in bits:
+                if bit in net_names:
+                    return f"{net_names[bit]} ({name})"
+    return name
+
+
+def _by_memory(cells, ports):
+    """``{memory: "n TYPE, m ports"}``: RAM primitives named ``<memory>.<row>.<column>`` grouped by memory."""
+    groups = defaultdict(lambda: [set(), 0])
+    for name, _ in ports:
+        memory = re.sub(r"(\.\d+)+$", "", name)
+        groups[memory][0].add((cells[name]["type"], name))
+        groups[memory][1] += 1
+    out = {}
+    for memory, (prims, n_ports) in sorted(groups.items()):
+        types = defaultdict(int)
+        for cell_type, _ in prims:
+            types[cell_type] += 1
+        out[memory] = ", ".join(f"{n} {t}" for t, n in sorted(types.items())) + f", {n_ports} ports"
+    return out
+
+
 def logic_levels(netlist_json, top):
     """Deepest register-to-register path of ``top``, in Vivado logic levels.
 
@@ -177,31 +315,64 @@ def logic_levels(netlist_json, top):
     Returns
     -------
     levels : int
-        Logic levels on the deepest path (0 when every path is register to register directly).
+        Logic levels on the deepest path (0 when every path is register to register directly), a path launched
+        from an unregistered RAM port included with its :data:`UNREGISTERED_RAM_PENALTY`.
     path : list of str
         ``"TYPE:cell_name"`` entries from the launching cell (or ``"input:port"``) to the capturing cell
         (or ``"output:port"``), followed by one ``"note: ..."`` entry per combinational loop that was broken.
     """
+    result = analyse(netlist_json, top)
+    return result["levels"], result["path"]
+
+
+def analyse(netlist_json, top):
+    """Logic levels of ``top`` with the paths that need a designer's attention.
+
+    Returns
+    -------
+    dict
+        ``levels`` and ``path`` as :func:`logic_levels` returns them, and
+
+        * ``unregistered_ram``: ``{"ports": ["TYPE:cell (A)", ...], "memories": {memory: summary}, "paths": n,
+          "levels": worst}``: the block RAM and UltraRAM read ports launching unregistered data (see the module
+          docstring), grouped by memory (primitive names without their ``.row.column`` suffix), the number of
+          paths they launch (distinct pairs of such a port and an end point: a capturing cell or an output
+          port), and the deepest of those paths, penalty included (0 when there is none);
+        * ``port_paths``: ``[{"from": input_port, "to": output_port, "levels": n, "path": [...]}, ...]``, every
+          pair of ports joined by a combinational path, with the depth and cells of the deepest such path, sorted
+          by port name.
+    """
     module = top_module(netlist_json, top)
     cells = module.get("cells", {})
     driver = _drivers(module)
+    unregistered = _unregistered_ram_ports(module, driver)
+    net_names = _net_names(module)
 
-    # Nodes are integers: one per cell, then one per module input port.
+    # Nodes are integers: one per cell, one per module input port, one per unregistered RAM read port.
     names = list(cells)
     index = {name: i for i, name in enumerate(names)}
-    labels = [f"{cells[name]['type']}:{name}" for name in names]
+    labels = [f"{cells[name]['type']}:{_readable(name, cells[name], net_names)}" for name in names]
     port_node = {}
     for port_name, port in module.get("ports", {}).items():
         if port["direction"] in ("input", "inout"):
             port_node[port_name] = len(labels)
             labels.append(f"input:{port_name}")
+    ram_node = {}
+    for name, side in sorted(unregistered):
+        ram_node[(name, side)] = len(labels)
+        labels.append(f"{cells[name]['type']}:{name} (unregistered {side})")
     n_nodes = len(labels)
 
     def node_of(bit):
         if not isinstance(bit, int) or bit not in driver:
             return None
         cell_name, port = driver[bit]
-        return port_node[port] if cell_name is None else index[cell_name]
+        if cell_name is None:
+            return port_node[port]
+        side = _ram_port_side(cells[cell_name]["type"], port)
+        if side is not None and (cell_name, side) in ram_node:
+            return ram_node[(cell_name, side)]
+        return index[cell_name]
 
     # Carry position within its chain decides whether entering through CI opens a new CARRY8.
     carry8_group = {}
@@ -269,8 +440,11 @@ def logic_levels(netlist_json, top):
             self_weight[index[name]] = 1
     for node in port_node.values():
         arrival[node] = 0
+    for node in ram_node.values():
+        arrival[node] = UNREGISTERED_RAM_PENALTY
     pred = [None] * n_nodes
     done = [False] * n_nodes
+    order = []
     cut = set()
     notes = []
     queue = deque(v for v in range(n_nodes) if indegree[v] == 0)
@@ -279,6 +453,7 @@ def logic_levels(netlist_json, top):
         while queue:
             u = queue.popleft()
             done[u] = True
+            order.append(u)
             n_done += 1
             for v, weight in out_edges[u]:
                 if (u, v) in cut:
@@ -315,12 +490,74 @@ def logic_levels(netlist_json, top):
         if arrival[u] != unreachable and arrival[u] > best_level:
             best_level, best = arrival[u], (u, label)
     if best is None:
-        return 0, notes
-    u, end_label = best
-    path = []
-    while u is not None:
-        path.append(labels[u])
-        u = pred[u]
-    path.reverse()
-    path.append(end_label)
-    return best_level, path + notes
+        levels, path = 0, notes
+    else:
+        u, end_label = best
+        path = []
+        while u is not None:
+            path.append(labels[u])
+            u = pred[u]
+        path.reverse()
+        path.append(end_label)
+        levels, path = best_level, path + notes
+
+    ends_at = defaultdict(set)
+    for u, label in endpoints:
+        ends_at[u].add(label)
+    rank = {v: i for i, v in enumerate(order)}
+
+    def cone(source, start):
+        """Longest depth from ``source`` (arriving at ``start``) to every node it reaches combinationally."""
+        seen, stack = {source}, [source]
+        while stack:
+            u = stack.pop()
+            for v, _ in out_edges[u]:
+                if (u, v) not in cut and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        depth, back = {source: start}, {}
+        for u in sorted(seen, key=rank.__getitem__):
+            if u not in depth:
+                continue
+            for v, weight in out_edges[u]:
+                if (u, v) not in cut and depth[u] + weight > depth.get(v, -1):
+                    depth[v] = depth[u] + weight
+                    back[v] = u
+        return depth, back
+
+    def trace(back, u):
+        cells_on_path = []
+        while u is not None:
+            cells_on_path.append(labels[u])
+            u = back.get(u)
+        return cells_on_path[::-1]
+
+    ram_paths, ram_worst = 0, 0
+    for node in ram_node.values():
+        reached = set()
+        for u, depth in cone(node, UNREGISTERED_RAM_PENALTY)[0].items():
+            for label in ends_at.get(u, ()):
+                reached.add(label)
+                ram_worst = max(ram_worst, depth)
+        ram_paths += len(reached)
+    port_paths = {}
+    for port_name, node in port_node.items():
+        depths, back = cone(node, 0)
+        for u, depth in depths.items():
+            for label in ends_at.get(u, ()):
+                if label.startswith("output:"):
+                    key = (port_name, label[len("output:"):])
+                    if key not in port_paths or depth > port_paths[key][0]:
+                        port_paths[key] = (depth, trace(back, u) + [label])
+    return {
+        "levels": levels,
+        "path": path,
+        "unregistered_ram": {
+            "ports": [f"{cells[name]['type']}:{name} ({side})" for name, side in sorted(unregistered)],
+            "memories": _by_memory(cells, unregistered),
+            "paths": ram_paths,
+            "levels": ram_worst,
+        },
+        "port_paths": [{"from": a, "to": b, "levels": n, "path": cells_on_path}
+                       for (a, b), (n, cells_on_path) in sorted(port_paths.items())],
+    }

@@ -21,6 +21,13 @@ Choices made where the brief is silent:
 * **LUT use** for the device percentage counts LUTRAM and SRL primitives at the number of LUT sites each one
   occupies (``lutram_luts``; a ``RAM64M`` is four LUTs, an ``SRLC32E`` one), not one per cell.
 * **BRAM** percentage is in RAMB36 tiles: ``ramb36 + ramb18 / 2`` of 2016.
+* **What users instantiate.** A component with a ``ctl`` port is also synthesized as ``lbpipe verilog`` writes
+  it, wrapped by :func:`user_top` (``boards/top.py``: the AXI4-Lite bridge and flat ports), and its figures go
+  beside the bare core's (``report["top"]``). A component without ``ctl`` is written with flat port names only,
+  the same netlist, so it is not synthesized twice.
+* **Paths to look at**, from :func:`lbpipe.levels.analyse`: block RAM and UltraRAM read ports without their
+  output register (charged ``UNREGISTERED_RAM_PENALTY`` levels, counted per block), and combinational paths
+  from an input port to an output port, listed by port name, for the core and for the wrapped top.
 
 Logic levels from Yosys are pessimistic against Vivado for wide LUT logic: ABC9 maps against per-pin LUT
 delays, not level counts, and a 216-input AND that Vivado builds from three LUT6 levels comes out five levels
@@ -38,13 +45,14 @@ import threading
 import time
 
 from amaranth.back import rtlil
+from amaranth.lib import wiring
 
 from . import levels as _levels
 
 
 from lbpipe.boards.u280 import CAPACITY
 
-__all__ = ["U280", "synthesize", "percent_of_u280", "format_markdown", "write_reports", "FOOTNOTE"]
+__all__ = ["U280", "synthesize", "user_top", "percent_of_u280", "format_markdown", "write_reports", "FOOTNOTE"]
 
 
 #: Capacity of the xcu280 (Alveo U280). A RAMB18 is half a RAMB36 tile.
@@ -52,7 +60,9 @@ U280 = dict(CAPACITY)
 
 FOOTNOTE = (
     "LUT counts are Yosys cells (no LUT combining): expect Vivado to report fewer. Logic levels count each LUT, "
-    "MUXF and CARRY8 as one level between registers, memories and DSPs (see docs/architecture.md)."
+    "MUXF and CARRY8 as one level between registers, memories and DSPs; a path launched from a block RAM or "
+    f"UltraRAM port without its output register starts at {_levels.UNREGISTERED_RAM_PENALTY} levels "
+    "(see docs/architecture.md)."
 )
 
 _LUT_TYPES = {f"LUT{i}" for i in range(1, 7)}
@@ -118,7 +128,15 @@ def _run_yosys(workdir, script_name, log_name, timeout):
             f"--- {log_name} (tail) ---\n{_log_tail(workdir / log_name)}")
 
 
-def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeout=3600):
+def user_top(component):
+    """``component`` as ``lbpipe verilog`` writes it: :class:`AxiLiteTop` for a block with ``i``, ``o`` and ``ctl``
+    stream ports (the metadata blocks), :class:`FlatTop` for any other (the packet I/O stages)."""
+    from lbpipe.boards.top import AxiLiteTop, FlatTop
+    members = component.signature.members
+    return AxiLiteTop(component) if {"i", "o", "ctl"} <= set(members) else FlatTop(component)
+
+
+def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeout=3600, wrapped="auto"):
     """Synthesize ``elaboratable`` out of context for the U280 and return its resource figures.
 
     Parameters
@@ -137,14 +155,18 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
         Passed to :func:`amaranth.back.rtlil.convert`.
     timeout : float
         Seconds to allow Yosys before giving up.
+    wrapped : bool or "auto"
+        Also synthesize :func:`user_top` of the component (in ``workdir/top``, module ``<name>_top``) and return
+        its figures as ``report["top"]``. ``"auto"``: when ``elaboratable`` is a component with a ``ctl`` port.
 
     Returns
     -------
     dict
         ``block``, ``cells`` (raw cell-type histogram), ``lut``, ``lutram`` (LUTRAM primitives),
         ``lutram_luts`` (LUT sites they occupy), ``srl``, ``ff``, ``carry8``, ``ramb36``, ``ramb18``, ``uram``,
-        ``dsp``, ``muxf``, ``logic_levels``, ``critical_path``, ``bram_bits``, ``uram_bits``, ``seconds``,
-        ``yosys_version``, ``nolutram``.
+        ``dsp``, ``muxf``, ``logic_levels``, ``critical_path``, ``unregistered_ram`` and ``port_paths`` (see
+        :func:`lbpipe.levels.analyse`), ``bram_bits``, ``uram_bits``, ``seconds``, ``yosys_version``,
+        ``nolutram``; and ``top``, the same figures for the wrapped component, when it was synthesized.
 
     Raises
     ------
@@ -155,6 +177,18 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
     """
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"Block name must be a plain identifier, not {name!r}")
+    if wrapped == "auto":
+        wrapped = isinstance(elaboratable, wiring.Component) and "ctl" in elaboratable.signature.members
+    report = _synthesize_one(elaboratable, name=name, workdir=workdir, nolutram=nolutram, ports=ports,
+                             timeout=timeout)
+    if wrapped:
+        top = user_top(elaboratable)
+        report["top"] = _synthesize_one(top, name=f"{name}_top", workdir=pathlib.Path(workdir) / "top",
+                                        nolutram=nolutram, ports=top.ports(), timeout=timeout)
+    return report
+
+
+def _synthesize_one(elaboratable, *, name, workdir, nolutram, ports, timeout):
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -193,7 +227,7 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
     ramb36 = count({"RAMB36E2"})
     ramb18 = count({"RAMB18E2"})
     uram = count(_URAM_TYPES)
-    n_levels, path = _levels.logic_levels(netlist, name)
+    analysis = _levels.analyse(netlist, name)
 
     return {
         "block": name,
@@ -209,8 +243,10 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
         "uram": uram,
         "dsp": count({"DSP48E2"}),
         "muxf": count(_MUXF_TYPES),
-        "logic_levels": n_levels,
-        "critical_path": path,
+        "logic_levels": analysis["levels"],
+        "critical_path": analysis["path"],
+        "unregistered_ram": analysis["unregistered_ram"],
+        "port_paths": analysis["port_paths"],
         "bram_bits": ramb36 * _RAMB36_BITS + ramb18 * _RAMB18_BITS,
         "uram_bits": uram * _URAM_BITS,
         "seconds": round(time.monotonic() - start, 3),
@@ -294,6 +330,31 @@ def _paper_row(figures):
     return ["_paper_"] + [row[key] for key, _ in _COLUMNS], leftover
 
 
+def _path_bullets(report):
+    """Bullets for unregistered RAM reads and port-to-port combinational paths, core and wrapped top."""
+    out = []
+    for what, figures in (("core", report), ("AXI4-Lite top", report.get("top"))):
+        if not figures:
+            continue
+        ram = figures.get("unregistered_ram")
+        if ram is not None:
+            if ram["ports"]:
+                out.append(
+                    f"Unregistered RAM reads ({what}): {len(ram['ports'])} port(s) launch {ram['paths']} path(s), "
+                    f"deepest {ram['levels']} levels with the {_levels.UNREGISTERED_RAM_PENALTY}-level penalty: "
+                    + "; ".join(f"{memory} ({summary})" for memory, summary in ram["memories"].items()))
+            else:
+                out.append(f"Unregistered RAM reads ({what}): none")
+        port_paths = figures.get("port_paths")
+        if port_paths is not None:
+            if port_paths:
+                out.append(f"Combinational port-to-port paths ({what}): " + ", ".join(
+                    f"{p['from']} -> {p['to']} ({p['levels']} levels)" for p in port_paths))
+            else:
+                out.append(f"Combinational port-to-port paths ({what}): none")
+    return out
+
+
 def format_markdown(reports, paper=None):
     """One Markdown table of ``reports``, with the paper's figures beside ours where ``paper`` has them.
 
@@ -315,6 +376,10 @@ def format_markdown(reports, paper=None):
     bullets = []
     for report in reports:
         lines.append("| " + " | ".join(_our_row(report)) + " |")
+        if report.get("top"):
+            top_row = _our_row(dict(report["top"], block=report["block"], nolutram=report.get("nolutram")))
+            top_row[0] = f"`{report['block']}` + AXI4-Lite (`{report['block'].replace('-', '_')}.v`)"
+            lines.append("| " + " | ".join(top_row) + " |")
         block_bullets = []
         if report["block"] in paper:
             row, leftover = _paper_row(paper[report["block"]])
@@ -322,6 +387,7 @@ def format_markdown(reports, paper=None):
                 lines.append("| " + " | ".join(row) + " |")
             block_bullets += [f"paper {metric}: {value}" for metric, value in leftover.items()]
         block_bullets += [f"{label}: {text}" for label, text in (report.get("extra") or {}).items()]
+        block_bullets += _path_bullets(report)
         if block_bullets:
             bullets.append(f"- **{report['block']}**")
             bullets += [f"  - {_cell(text)}" for text in block_bullets]
@@ -346,6 +412,11 @@ def write_reports(reports, outdir, paper=None):
     md_path = outdir / "synth.md"
     json_path = outdir / "synth.json"
     md_path.write_text(format_markdown(reports, paper))
-    records = [dict(report, u280_percent=percent_of_u280(report)) for report in reports]
+    records = []
+    for report in reports:
+        record = dict(report, u280_percent=percent_of_u280(report))
+        if report.get("top"):
+            record["top"] = dict(report["top"], u280_percent=percent_of_u280(report["top"]))
+        records.append(record)
     json_path.write_text(json.dumps(records, indent=2) + "\n")
     return md_path, json_path

@@ -704,9 +704,11 @@ def test_synthesis_defaults(tmp_path):
     """Out-of-context synthesis at the defaults (4096 QPs, 2 keys each, in 4 ways of 4096 slots, IPv6 keys)."""
     from lbpipe.synth import synthesize
     dut = QpClassifier()
-    report = synthesize(dut, name="qp_classifier", workdir=tmp_path)
+    report = synthesize(dut, name="qp_classifier", workdir=tmp_path, wrapped=False)
     print({k: report[k] for k in ("lut", "ff", "carry8", "ramb36", "ramb18", "lutram", "logic_levels")})
     # Each way is 4096 x 295 bits; a RAMB36 holds 4096 x 9: ceil(295 / 9) = 33 per way.
     assert report["ramb36"] + report["ramb18"] / 2 <= 4 * 33
     assert report["logic_levels"] <= 6
+    # s4 takes every way's read data and nothing else: the block RAM output register (docs/qp_classifier.md).
+    assert report["unregistered_ram"]["ports"] == []
     assert report["dsp"] == 0 and report["uram"] == 0

@@ -6,13 +6,18 @@ design, not copied from a run, and each derivation is written beside its asserti
 """
 
 import json
+import random
 import math
 
 import pytest
-from amaranth.hdl import Cat, Instance, Module, Signal
+from amaranth.hdl import Cat, Instance, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
 
-from lbpipe.levels import carry4_chains, logic_levels
+from lbpipe.hdl.lib.control import ControlSignature
+
+from lbpipe.levels import analyse, carry4_chains, logic_levels
 from lbpipe.synth import FOOTNOTE, U280, format_markdown, percent_of_u280, synthesize, write_reports
 
 
@@ -132,6 +137,117 @@ def test_levels_dsp_bounds_paths_and_ports_start_and_end_them():
     assert logic_levels(netlist, "top") == (2, ["DSP48E2:dsp", "LUT1:l2", "LUT1:l3", "output:y"])
 
 
+# --- unregistered block RAM and UltraRAM reads, port-to-port paths -------------------------------------------
+#
+# Every expected figure below is worked by hand from the netlist in the test: a path launched from a RAM port
+# without its output register starts at 2 levels (docs/architecture.md: 1.5-2 ns clock-to-out against 0.3 ns,
+# about 0.65 ns a level at 250 MHz), every LUT adds one.
+
+_RAM_PENALTY = 2      # the documented figure, restated here rather than read from lbpipe.levels
+
+
+def _ramb(do_reg_a, do_reg_b=1, dout_a=(10, 11), dout_b=(12, 13), cell_type="RAMB36E2"):
+    """A block RAM on clock bit 1, addressed from bit 2 (the register ``ra``), outputs on ``dout_*``."""
+    cell = _cell(cell_type, CLKARDCLK=1, CLKBWRCLK=1, ADDRARDADDR=[2], ADDRBWRADDR=[2],
+                 DOUTADOUT=list(dout_a), DOUTBDOUT=list(dout_b))
+    cell["parameters"] = {"DOA_REG": f"{do_reg_a:032b}", "DOB_REG": f"{do_reg_b:032b}"}
+    return cell
+
+
+def _bram_netlist(do_reg_a, loads):
+    """Block RAM ``ram`` (port A's two bits 10 and 11 used) and the cells reading it, plus the address register."""
+    cells = {"ra": _ff(d=2, q=2), "ram": _ramb(do_reg_a)}
+    cells.update(loads)
+    return _netlist(cells)
+
+
+def test_levels_unregistered_bram_through_logic_is_charged_and_counted():
+    # ram.A (DOA_REG=0) -> LUT -> LUT -> FF q: 2 + 2 levels; one more path ram.A -> LUT -> FF p: 2 + 1.
+    netlist = _bram_netlist(0, {
+        "l1": _cell("LUT2", I0=10, I1=11, O=20),
+        "l2": _cell("LUT1", I0=20, O=21),
+        "q": _ff(d=21, q=30),
+        "p": _ff(d=20, q=31),
+    })
+    result = analyse(netlist, "top")
+    assert result["levels"] == _RAM_PENALTY + 2
+    assert result["path"] == ["RAMB36E2:ram (unregistered A)", "LUT2:l1", "LUT1:l2", "FDRE:q"]
+    assert result["unregistered_ram"] == {"ports": ["RAMB36E2:ram (A)"], "memories": {"ram": "1 RAMB36E2, 1 ports"},
+                                          "paths": 2, "levels": _RAM_PENALTY + 2}
+    # The same netlist with the output register on: the paths start at the RAM, two LUTs deep, none flagged.
+    netlist["modules"]["top"]["cells"]["ram"]["parameters"]["DOA_REG"] = "1"
+    result = analyse(netlist, "top")
+    assert result["levels"] == 2 and result["path"][0] == "RAMB36E2:ram"
+    assert result["unregistered_ram"] == {"ports": [], "memories": {}, "paths": 0, "levels": 0}
+
+
+def test_levels_bram_into_flip_flops_only_is_packable():
+    # Both used bits go straight into FDRE D pins on the RAM's clock: Vivado absorbs them as DOA_REG.
+    packable = {"q0": _ff(d=10, q=30), "q1": _cell("FDSE", C=1, CE="1", S="0", D=11, Q=31)}
+    result = analyse(_bram_netlist(0, packable), "top")
+    assert result["levels"] == 0
+    assert result["unregistered_ram"]["ports"] == []
+
+
+@pytest.mark.parametrize("why, loads, paths, levels", [
+    # An asynchronously cleared flip-flop cannot become the RAM's (synchronous) output register.
+    ("async clear", {"q0": _ff(d=10, q=30), "q1": _cell("FDCE", C=1, CE="1", CLR="0", D=11, Q=31)}, 2, 0),
+    # A flip-flop on another clock cannot either.
+    ("other clock", {"q0": _ff(d=10, q=30), "q1": _cell("FDRE", C=9, CE="1", R="0", D=11, Q=31)}, 2, 0),
+    # Bit 11 also feeds a LUT: the unregistered data is needed, so the port stays unregistered, and the direct
+    # path into q1 is charged too (three end points: q0, q1, and q2 behind the LUT).
+    ("shared bit", {"q0": _ff(d=10, q=30), "q1": _ff(d=11, q=31), "l": _cell("LUT1", I0=11, O=20),
+                    "q2": _ff(d=20, q=32)}, 3, 1),
+])
+def test_levels_bram_not_packable(why, loads, paths, levels):
+    result = analyse(_bram_netlist(0, loads), "top")
+    ram = result["unregistered_ram"]
+    assert (ram["ports"], ram["paths"], ram["levels"]) == (["RAMB36E2:ram (A)"], paths, _RAM_PENALTY + levels), why
+    assert result["levels"] == _RAM_PENALTY + levels
+
+
+def test_levels_bram_port_b_and_output_port():
+    # Port A registered (DOA_REG=1) into a LUT; port B unregistered straight to a module output port.
+    cells = {"ra": _ff(d=2, q=2), "ram": _ramb(1, 0), "l": _cell("LUT1", I0=10, O=20), "q": _ff(d=20, q=30)}
+    result = analyse(_netlist(cells, ports={"y": {"direction": "output", "bits": [12]}}), "top")
+    ram = result["unregistered_ram"]
+    assert (ram["ports"], ram["paths"], ram["levels"]) == (["RAMB36E2:ram (B)"], 1, _RAM_PENALTY)
+    assert result["levels"] == _RAM_PENALTY
+    assert result["path"] == ["RAMB36E2:ram (unregistered B)", "output:y"]
+
+
+@pytest.mark.parametrize("oreg, levels, ports", [("FALSE", _RAM_PENALTY + 1, ["URAM288:u (A)"]), ("TRUE", 1, [])])
+def test_levels_uram_output_register(oreg, levels, ports):
+    uram = _cell("URAM288", CLK=1, ADDR_A=[2], DOUT_A=[10])
+    uram["parameters"] = {"OREG_A": oreg + " ", "OREG_B": "FALSE "}
+    cells = {"ra": _ff(d=2, q=2), "u": uram, "l": _cell("LUT1", I0=10, O=20), "q": _ff(d=20, q=30)}
+    result = analyse(_netlist(cells), "top")
+    assert result["levels"] == levels
+    assert result["unregistered_ram"]["ports"] == ports
+
+
+def test_levels_port_to_port_paths_by_name():
+    # a -> LUT -> LUT -> y and a -> FF (no path); b -> y through the second LUT only; c -> z as a bare wire;
+    # the register r -> y path is register to output, not port to port.
+    netlist = _netlist({
+        "l1": _cell("LUT1", I0=2, O=5),
+        "l2": _cell("LUT3", I0=5, I1=3, I2=7, O=6),
+        "f": _ff(d=2, q=8),
+        "r": _ff(d=8, q=7),
+    }, ports={
+        "a": {"direction": "input", "bits": [2]},
+        "b": {"direction": "input", "bits": [3]},
+        "c": {"direction": "input", "bits": [4]},
+        "y": {"direction": "output", "bits": [6]},
+        "z": {"direction": "output", "bits": [4]},
+    })
+    assert analyse(netlist, "top")["port_paths"] == [
+        {"from": "a", "to": "y", "levels": 2, "path": ["input:a", "LUT1:l1", "LUT3:l2", "output:y"]},
+        {"from": "b", "to": "y", "levels": 1, "path": ["input:b", "LUT3:l2", "output:y"]},
+        {"from": "c", "to": "z", "levels": 0, "path": ["input:c", "output:z"]},
+    ]
+
+
 # --- markdown and JSON reports ------------------------------------------------------------------------------
 
 def _report(block, **figures):
@@ -232,7 +348,43 @@ def _lutram():
     return m, [wp.addr, wp.data, wp.en, raddr, q]
 
 
-_DESIGNS = {"adder": _adder, "and_tree": _and_tree, "lut_chain": _lut_chain, "bram": _bram, "lutram": _lutram}
+def _bram_read(registered):
+    """4096 x 36 block RAM read from an address register; its data either straight into a register (what Vivado
+    packs into DOA_REG/DOB_REG) or XORed with a register first (logic behind the unregistered read)."""
+    m = Module()
+    m.submodules.mem = mem = Memory(shape=36, depth=4096, init=[])
+    wp, rp = mem.write_port(), mem.read_port()
+    raddr, ra, x, rx, q = (Signal(w, name=n) for w, n in ((12, "raddr"), (12, "ra"), (36, "x"), (36, "rx"),
+                                                          (36, "q")))
+    m.d.sync += [ra.eq(raddr), rx.eq(x), q.eq(rp.data if registered else rp.data ^ rx)]
+    m.d.comb += rp.addr.eq(ra)
+    return m, [wp.addr, wp.data, wp.en, raddr, x, q]
+
+
+class _CtlThrough(wiring.Component):
+    """A metadata block with a planted combinational path from ``ctl`` to ``o`` and ``o.ready`` to ``i.ready``."""
+
+    def __init__(self):
+        item = data.StructLayout({"x": 8})
+        super().__init__({"i": In(stream.Signature(item)), "o": Out(stream.Signature(item)),
+                          "ctl": In(ControlSignature())})
+
+    def elaborate(self, platform):
+        m = Module()
+        held = Signal(8)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += held.eq(self.i.payload.x)
+        m.d.comb += [
+            self.o.valid.eq(1),
+            self.o.payload.x.eq(Mux(self.ctl.valid, self.ctl.payload.data[:8], held)),
+            self.ctl.ready.eq(1),
+            self.i.ready.eq(self.o.ready),
+        ]
+        return m
+
+
+_DESIGNS = {"adder": _adder, "and_tree": _and_tree, "lut_chain": _lut_chain, "bram": _bram, "lutram": _lutram,
+            "bram_logic": lambda: _bram_read(False), "bram_reg": lambda: _bram_read(True)}
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +436,48 @@ def test_synth_bram_4096x36(synthesized):
     assert r["bram_bits"] == 4096 * 36
     assert r["lut"] == 0 and r["ff"] == 0
     assert percent_of_u280(r)["bram"] == pytest.approx(100 * 4 / 2016)
-    # Ports drive the BRAM directly and its output leaves unregistered: no logic in between.
+    # Ports drive the BRAM directly and its output leaves unregistered for an output port: no logic in between,
+    # but each of the four RAMB36 launches unregistered data, 2 levels of penalty, into the one output port.
+    assert r["logic_levels"] == 2
+    assert len(r["unregistered_ram"]["ports"]) == 4 and r["unregistered_ram"]["paths"] == 4
+    assert r["port_paths"] == [] and "top" not in r      # a plain Module is not wrapped
+
+
+def test_synth_bram_read_through_logic_is_charged(synthesized):
+    r = synthesized("bram_logic")
+    assert (r["ramb36"], r["ramb18"]) == (4, 0)
+    # Each RAMB36 (4K x 9) drives nine bits, each through one XOR LUT into its own q flip-flop:
+    # 4 unregistered ports, 4 x 9 = 36 paths, 2 + 1 = 3 levels.
+    ram = r["unregistered_ram"]
+    assert (len(ram["ports"]), ram["paths"], ram["levels"]) == (4, 36, 3)
+    assert ram["memories"] == {"mem": "4 RAMB36E2, 4 ports"}
+    assert r["logic_levels"] == 3
+    assert r["critical_path"][0].startswith("RAMB36E2:") and "unregistered" in r["critical_path"][0]
+
+
+def test_synth_bram_read_into_register_is_packable(synthesized):
+    r = synthesized("bram_reg")
+    assert (r["ramb36"], r["ramb18"]) == (4, 0)
+    assert r["ff"] == 12 + 36               # ra and q (rx reads nothing here and is removed)
+    # Yosys leaves DOA_REG/DOB_REG at 0, but q takes the data with no logic between: Vivado absorbs it.
+    assert r["unregistered_ram"] == {"ports": [], "memories": {}, "paths": 0, "levels": 0}
     assert r["logic_levels"] == 0
+
+
+def test_synth_wrapped_component_and_port_paths(tmp_path):
+    r = synthesize(_CtlThrough(), name="ctl_through", workdir=tmp_path)
+    core = {(p["from"], p["to"]) for p in r["port_paths"]}
+    # The planted paths, by the core's flattened port names.
+    assert ("ctl__payload", "o__payload") in core and ("ctl__valid", "o__payload") in core
+    assert ("o__ready", "i__ready") in core
+    # Wrapped as `lbpipe verilog` writes it: ctl comes from the bridge's registers, so only ready remains.
+    top = r["top"]
+    assert {(p["from"], p["to"]) for p in top["port_paths"]} == {("out_ready", "in_ready")}
+    assert top["ff"] > r["ff"] and top["lut"] > r["lut"]        # the bridge's registers and decoding
+    text = format_markdown([r])
+    assert "`ctl_through` + AXI4-Lite (`ctl_through.v`)" in text
+    assert "Combinational port-to-port paths (core): ctl__payload -> o__payload" in text
+    assert "Combinational port-to-port paths (AXI4-Lite top): out_ready -> in_ready (0 levels)" in text
 
 
 def test_synth_lutram_read_path(synthesized):
@@ -309,3 +501,70 @@ def test_synth_failure_raises_with_log(tmp_path):
 def test_synth_rejects_bad_name(tmp_path):
     with pytest.raises(ValueError, match="identifier"):
         synthesize(Module(), name="a b", ports=[], workdir=tmp_path)
+
+
+# --- StreamFIFO: block RAM read registered, timing unchanged ------------------------------------------------
+
+def _fifo_pair(depth, width=12):
+    from amaranth.lib.fifo import SyncFIFOBuffered
+    from lbpipe.hdl.lib.fifo import RegisteredReadFIFO
+    m = Module()
+    rst = Signal(name="rst")
+    ref = SyncFIFOBuffered(width=width, depth=depth)
+    dut = RegisteredReadFIFO(width=width, depth=depth)
+    m.submodules.ref = ResetInserter(rst)(ref)
+    m.submodules.dut = ResetInserter(rst)(dut)
+    return m, ref, dut, rst
+
+
+@pytest.mark.parametrize("depth, p_write, p_read", [
+    (2, 0.5, 0.5), (3, 0.7, 0.4), (4, 0.9, 0.9), (5, 0.4, 0.8), (9, 0.8, 0.3), (70, 0.6, 0.6), (70, 0.95, 0.2),
+    (70, 0.3, 0.95), (70, 1.0, 1.0),
+])
+def test_registered_read_fifo_matches_sync_fifo_buffered_every_cycle(depth, p_write, p_read):
+    """Amaranth's own ``SyncFIFOBuffered`` is the reference: same inputs each cycle, and ``w_rdy``, ``r_rdy``,
+    ``level`` and ``r_data`` equal on every cycle (the data offered holds the last item read even while ``r_rdy``
+    is low, as the RAM latch does in the reference). Phases of full and empty make the slots,
+    the bypass and the RAM path all carry the head."""
+    from amaranth.sim import Simulator
+    m, ref, dut, rst = _fifo_pair(depth)
+    rng = random.Random(f"{depth}/{p_write}/{p_read}")
+    n_cycles = 3000
+    mismatches = []
+
+    async def bench(ctx):
+        for cycle in range(n_cycles):
+            phase = (cycle // 400) % 3          # mixed, fill (reads rare), drain (writes rare)
+            pw = (p_write, 0.95, 0.05)[phase]
+            pr = (p_read, 0.05, 0.95)[phase]
+            w_en, r_en, w_data = int(rng.random() < pw), int(rng.random() < pr), rng.randrange(1 << 12)
+            # A reset in the middle of traffic, once in a while: both must come back empty together.
+            ctx.set(rst, int(cycle % 977 == 500))
+            for fifo in (ref, dut):
+                ctx.set(fifo.w_en, w_en)
+                ctx.set(fifo.r_en, r_en)
+                ctx.set(fifo.w_data, w_data)
+            seen = [(ctx.get(f.w_rdy), ctx.get(f.r_rdy), ctx.get(f.level)) for f in (ref, dut)]
+            if seen[0] != seen[1] or ctx.get(ref.r_data) != ctx.get(dut.r_data):
+                mismatches.append((cycle, seen, ctx.get(ref.r_data), ctx.get(dut.r_data)))
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert mismatches == [], mismatches[:5]
+
+
+def _deep_stream_fifo():
+    from lbpipe.hdl.lib.fifo import StreamFIFO
+    dut = StreamFIFO(shape=data.StructLayout({"a": 20, "b": 16}), depth=257)
+    return dut, None
+
+
+def test_deep_stream_fifo_block_ram_read_is_registered(tmp_path):
+    dut, _ = _deep_stream_fifo()
+    r = synthesize(dut, name="deep_fifo", workdir=tmp_path)
+    # 256 x 36 bits of storage behind the output register: one RAMB18 (512 x 36).
+    assert r["ramb18"] + 2 * r["ramb36"] >= 1
+    assert r["unregistered_ram"] == {"ports": [], "memories": {}, "paths": 0, "levels": 0}

@@ -93,3 +93,14 @@ def test_harness_can_fail(testcase):
     events = _pathmap_events(list(range(5)))
     events += [{"item": {"kind": DATA, "psn": k, "flow_hash": 7, "udp_sport": 1, "tag": k}} for k in range(40)]
     run_rtl("themis-s", params, events, testcase=testcase)
+
+
+def test_pathmap_read_is_registered_before_logic(tmp_path):
+    """At N = 256 the 256 x 16 PathMap is a RAMB18; its read data must reach a register before any logic (the block
+    RAM output register, docs/themis.md), so no path starts at an unregistered read (about 3 s of Yosys)."""
+    from lbpipe.hdl.themis.themis_s import ThemisS
+    from lbpipe.synth import synthesize
+    report = synthesize(ThemisS(n_paths=256, mode="sport"), name="themis_s", workdir=tmp_path, wrapped=False)
+    assert (report["ramb18"], report["ramb36"]) == (1, 0)
+    assert report["unregistered_ram"]["ports"] == []
+    assert report["logic_levels"] <= 4

@@ -11,6 +11,11 @@ the flow's ECMP base path. The PathMap turns the path into the forwarding decisi
 
 Packets that are not RoCEv2 data pass untouched with ``sprayed = 0``. The parser supplies ``flow_hash``; lbpipe
 does not fix the hash function, only that every packet of a QP carries the same value.
+
+Pipeline (one item per clock, latency 5): s1 and s2 while ``ModN`` reduces PSN and hash; the PathMap read (its
+address is the sum of the residues, reduced once); s4 registers the PathMap's read data and nothing else (the
+block RAM's output register: the PathMap lands in a RAMB18 at N = 256, and a read that went straight into logic
+would start every path about 1.5 ns late); the output register takes the decision and the XOR.
 """
 
 from amaranth import Module, Mux, Signal
@@ -74,7 +79,7 @@ class ThemisS(wiring.Component):
         at 2**32; cleared by reset). The top level maps counter ``i`` to the AXI4-Lite register STATUS_i.
     """
 
-    latency = 4
+    latency = 5
 
     def __init__(self, *, n_paths=256, mode="sport", hash_bits=16):
         if not isinstance(n_paths, int) or not 1 <= n_paths <= 256:
@@ -133,8 +138,12 @@ class ThemisS(wiring.Component):
         s2_valid = Signal()
         s3 = Signal(item_layout)
         s3_valid = Signal()
-        s3_rel = Signal(residue_bits(n))
         s3_path = Signal(residue_bits(n))
+        s4 = Signal(item_layout)
+        s4_valid = Signal()
+        s4_path = Signal(residue_bits(n))
+        # The PathMap's read data, registered before any logic (the block RAM's output register).
+        s4_map = Signal(16)
 
         rel = psn_mod.o
         path_sum = Signal(range(2 * n))
@@ -150,30 +159,31 @@ class ThemisS(wiring.Component):
             m.d.sync += [
                 s1.eq(self.i.payload), s1_valid.eq(self.i.valid),
                 s2.eq(s1), s2_valid.eq(s1_valid),
-                s3.eq(s2), s3_valid.eq(s2_valid), s3_rel.eq(rel), s3_path.eq(path),
+                s3.eq(s2), s3_valid.eq(s2_valid), s3_path.eq(path),
+                s4.eq(s3), s4_valid.eq(s3_valid), s4_path.eq(s3_path), s4_map.eq(rd.data),
             ]
-            is_data = s3.kind == PacketKind.DATA
-            with m.If(s3_valid & is_data):
+            is_data = s4.kind == PacketKind.DATA
+            with m.If(s4_valid & is_data):
                 m.d.sync += self.stats[:32].eq(self.stats[:32] + 1)
-            with m.Elif(s3_valid):
+            with m.Elif(s4_valid):
                 m.d.sync += self.stats[32:].eq(self.stats[32:] + 1)
             out = self.o.payload
             m.d.sync += [
-                self.o.valid.eq(s3_valid),
-                out.kind.eq(s3.kind), out.psn.eq(s3.psn), out.flow_hash.eq(s3.flow_hash), out.tag.eq(s3.tag),
+                self.o.valid.eq(s4_valid),
+                out.kind.eq(s4.kind), out.psn.eq(s4.psn), out.flow_hash.eq(s4.flow_hash), out.tag.eq(s4.tag),
                 out.sprayed.eq(is_data),
-                out.path.eq(Mux(is_data, s3_path, 0)),
+                out.path.eq(Mux(is_data, s4_path, 0)),
             ]
             if self._mode == "port":
                 m.d.sync += [
-                    out.udp_sport.eq(s3.udp_sport),
-                    out.egress_port.eq(Mux(is_data, rd.data, 0)),
+                    out.udp_sport.eq(s4.udp_sport),
+                    out.egress_port.eq(Mux(is_data, s4_map, 0)),
                     out.udp_sport_xor.eq(0),
                 ]
             else:
-                delta = Mux(is_data, rd.data, 0)
+                delta = Mux(is_data, s4_map, 0)
                 m.d.sync += [
-                    out.udp_sport.eq(s3.udp_sport ^ delta),
+                    out.udp_sport.eq(s4.udp_sport ^ delta),
                     out.egress_port.eq(0),
                     out.udp_sport_xor.eq(delta),
                 ]
