@@ -503,3 +503,130 @@ def test_closed_loop_property_sweep(config):
             failures[seed] = bad
     kinds = {k: sum(v.startswith(k) for bad in failures.values() for v in bad) for k in ("P0", "P1", "P2")}
     assert failures == {}, (kinds, failures)
+
+
+# --- Narrow queue entries (issue 8, bug 3) ------------------------------------------------------------------------
+# Expectations below are worked by hand at full PSN width, or come from ``_full_width_verdict``, a reference written
+# here from the datasheet's rules with whole PSNs in the queue (no entry truncation, so no ordering ambiguity).
+
+def test_narrow_entries_far_same_path_packet_forwards_the_nack():
+    """9-bit entries (exact within 255 of ePSN), N = 4. ePSN 1000 (path 0) is lost; 1001, 1002, 1003 (paths 1, 2,
+    3) and then 1256 (path 0, 256 after 1000) leave the ToR. At full width 1256 is after 1000 on its path, and paths
+    are FIFO: 1000 is lost and its NACK must reach the sender. In 9 bits 1256 - 1000 = 256 reads as "not after", so
+    the scan would block the NACK and wait for a further packet on path 0 that may never come. 1256 is out of the
+    entries' range: the NACK is forwarded (as no tPSN), flagged, counted, and nothing is armed."""
+    model = _themis_d(n_paths=4, entry_bits=9)
+    outs = _run(model, [("d", 1001), ("d", 1002), ("d", 1003), ("d", 1256), ("n", 1000)])
+    nack = outs[-1]
+    assert (nack["verdict"], nack["drop"], nack["arm"], nack["out_of_range"]) == (Verdict.NACK_NO_TPSN, 0, 0, 1)
+    assert model.flows[0].valid == 0
+    assert model.stats()[8] == 1
+    assert model.cycles(nack) == 5           # docs/themis.md: range test in two cycles, decided in the third
+    # The queue was emptied: the next NACK with nothing queued is forwarded too, not out of range.
+    again = _run(model, [("n", 1000)])[-1]
+    assert (again["verdict"], again["out_of_range"]) == (Verdict.NACK_NO_TPSN, 0)
+
+
+def test_narrow_entries_old_entry_far_before_epsn_forwards_the_nack():
+    """An entry 300 before ePSN (a retransmission of 700 while ePSN is 1000) reads in 9 bits as 212 after it.
+    Forwarded as out of range."""
+    model = _themis_d(n_paths=4, entry_bits=9)
+    nack = _run(model, [("d", 1001), ("d", 700), ("d", 1002), ("n", 1000)])[-1]
+    assert (nack["verdict"], nack["drop"], nack["out_of_range"]) == (Verdict.NACK_NO_TPSN, 0, 1)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_narrow_entries_within_range_decide_as_before(base):
+    """The same traffic with 1256 replaced by 1254 (254 after ePSN, within range, path 2): no entry after 1000 on
+    path 0 left the ToR, nor 1000 itself: blocked and armed, as the full-width rules say. Across the PSN wrap too
+    (N = 4 divides 2**24)."""
+    model = _themis_d(n_paths=4, entry_bits=9)
+    nack = _run(model, [("d", 1001), ("d", 1002), ("d", 1003), ("d", 1254), ("n", 1000)], base=base)[-1]
+    assert (nack["verdict"], nack["drop"], nack["arm"], nack["out_of_range"]) == (Verdict.NACK_BLOCKED, 1, 1, 0)
+    assert model.stats()[8] == 0
+
+
+def test_narrow_entries_bound_follows_the_ring_passes():
+    """Depth 4, 6-bit entries (exact within 31). PSNs 0..3 fill the ring, then 40..43 replace them in a second pass:
+    the earliest PSN that can be queued is 40 again once the first pass is overwritten, so a NACK for 45 (every
+    queued PSN within 5) is decided, not forwarded as out of range. In the first pass of a new ring, a NACK for 45
+    with 0 still queued is out of range."""
+    model = _themis_d(n_paths=2, queue_depth=4, entry_bits=6)
+    outs = _run(model, [("d", p) for p in (0, 1, 2, 3, 40, 41, 42, 43, 44, 46, 47, 48)] + [("n", 45)])
+    # Queue 44, 46, 47, 48: tPSN 46 (path 0; 45 is on path 1), then 47 is after 45 on its path: valid.
+    assert (outs[-1]["verdict"], outs[-1]["out_of_range"]) == (Verdict.NACK_VALID, 0)
+    model = _themis_d(n_paths=2, queue_depth=4, entry_bits=6)
+    outs = _run(model, [("d", 0), ("d", 46), ("n", 45)])
+    assert (outs[-1]["verdict"], outs[-1]["out_of_range"]) == (Verdict.NACK_NO_TPSN, 1)
+
+
+def _full_width_verdict(queue, e, n_paths):
+    """The datasheet's scan on whole PSNs: phase 1 to tPSN, the first PSN after ePSN; valid if on ePSN's path;
+    phase 2 through what left after it: ePSN itself is late, a later PSN on its path proves it lost; else blocked."""
+    def after(a, b):
+        return 0 < (a - b) % M < M // 2
+    t = next((i for i, x in enumerate(queue) if after(x, e)), None)
+    if t is None:
+        return Verdict.NACK_NO_TPSN
+    if queue[t] % n_paths == e % n_paths:
+        return Verdict.NACK_VALID
+    for x in queue[t + 1:]:
+        if x == e:
+            return Verdict.NACK_LATE
+        if after(x, e) and x % n_paths == e % n_paths:
+            return Verdict.NACK_VALID
+    return Verdict.NACK_BLOCKED
+
+
+def wide_window_trace(seed, n_items, *, n_qps, psn_window, start=0):
+    """Data sprayed out of order from a sender window of ``psn_window`` PSNs (wider than narrow entries can
+    order), retransmissions of old PSNs, and NACKs for PSNs inside the window."""
+    import random
+    rng = random.Random(seed)
+    events = [{"ctl": {"table": 0, "index": q, "data": 0}} for q in range(n_qps)]
+    base = {q: start for q in range(n_qps)}
+    for n in range(n_items):
+        q = rng.randrange(n_qps)
+        r = rng.random()
+        if r < 0.8:
+            psn = base[q] + rng.randrange(psn_window) if rng.random() < 0.9 else base[q] - rng.randrange(psn_window)
+            base[q] += rng.randrange(3)
+            item = {"kind": DATA, "psn": psn % M}
+        else:
+            item = {"kind": NACK, "psn": (base[q] + rng.randrange(-4, 8)) % M, "msn": n}
+        events.append({"item": dict(item, qp_hit=1, qp=q, tag=n & 0xFFFF)})
+    return events
+
+
+@pytest.mark.parametrize("entry_bits, n_paths, window", [(6, 4, 60), (5, 3, 40), (9, 4, 400), (4, 2, 9)])
+@pytest.mark.parametrize("start", [0, M - 300])
+def test_narrow_entries_never_block_what_full_width_forwards(entry_bits, n_paths, window, start):
+    """Against the full-width reference on the same queue contents (the whole PSNs pushed, dequeued as the model
+    dequeues): a NACK not flagged out of range gets the reference's verdict; a flagged one is forwarded. So narrow
+    entries never block a NACK the full-width rules forward."""
+    params = dict(n_qps=2, queue_depth=10, n_paths=n_paths, entry_bits=entry_bits)
+    model = ThemisD(**params)
+    shadow = {}
+    flagged = decided = 0
+    for ev in wide_window_trace(entry_bits, 3000, n_qps=2, psn_window=window, start=start):
+        if "ctl" in ev:
+            model.control(ev["ctl"])
+            shadow[ev["ctl"]["index"]] = []
+            continue
+        item = ev["item"]
+        q = shadow[item["qp"]]
+        expected = _full_width_verdict(q, item["psn"], n_paths) if item["kind"] == NACK else None
+        out = model.process(item)
+        if item["kind"] == DATA:
+            q.append(item["psn"])
+            del q[:-params["queue_depth"]]
+            continue
+        if out["out_of_range"]:
+            flagged += 1
+            assert (out["verdict"], out["drop"]) == (Verdict.NACK_NO_TPSN, 0)
+        else:
+            decided += 1
+            assert out["verdict"] == expected, (q, item["psn"])
+        del q[:len(q) - model.flows[item["qp"]].queue.count]
+    assert flagged and decided
+    assert model.stats()[8] == flagged

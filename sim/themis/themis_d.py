@@ -18,18 +18,26 @@ Choices made where the paper is silent (docs/themis.md explains each):
 * A NACK whose scan finds no tPSN (queue empty or overwritten) is forwarded: without evidence, never suppress.
 * A NACK changes (BePSN, Valid) only when Valid is clear or its ePSN is not before BePSN, so a stale or forged NACK
   cannot disarm the compensation of a truly lost packet.
+* Queue entries keep only ``entry_bits`` low PSN bits, so the scan's ordering is exact only for entries within
+  ``2**(entry_bits-1) - 1`` of ePSN. Each QP keeps a bound on the full PSNs its queue can hold: ``hi``, the latest
+  (serial maximum) PSN pushed, and ``lo_cur``/``lo_prev``, the earliest PSN pushed in the current and the previous
+  pass of the ring's tail over its slots (every entry in the ring was written in one of those two passes). All three
+  restart at the PSN pushed into an empty ring. A NACK whose ePSN is not within that distance of all three
+  (``out_of_range``) is forwarded as ``NACK_NO_TPSN`` without reading the queue, the queue is emptied and statistics
+  counter 8 counts it: narrow entries cost forwarded NACKs, never a missed one. (Sound while a QP's queued PSNs span
+  less than 2**23, the RoCE PSN window.)
 """
 
 from fractions import Fraction
 import math
 
 from lbpipe.hdl.lib.meta import PacketKind, PSN_BITS
-from lbpipe.sim.lib.psn import psn_after, serial_after
+from lbpipe.sim.lib.psn import PSN_MOD, psn_after, serial_after
 from lbpipe.sim.lib.ring import Ring
 
 __all__ = [
     "ThemisD", "Verdict", "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN",
-    "psn_queue_entries", "paper_memory_bytes", "REFERENCE",
+    "psn_queue_entries", "paper_memory_bytes", "REFERENCE", "N_STATS", "STAT_OUT_OF_RANGE",
 ]
 
 #: The fields of ``ThemisDItem``, in layout order.
@@ -66,8 +74,13 @@ def paper_memory_bytes(*, n_paths, bw_bps, rtt_last_s, n_nic, n_qp_per_nic, mtu_
     return n_paths * 2 + (20 + n_entries) * n_qp_per_nic * n_nic
 
 
+#: Statistics counters: one per verdict, then the NACKs forwarded because the queue's span was out of range.
+N_STATS = 9
+STAT_OUT_OF_RANGE = 8
+
+
 class _Flow:
-    __slots__ = ("active", "valid", "bepsn", "bres", "bmsn", "queue")
+    __slots__ = ("active", "valid", "bepsn", "bres", "bmsn", "queue", "hi", "lo_cur", "lo_prev")
 
     def __init__(self, queue_depth):
         self.active = 0
@@ -76,6 +89,9 @@ class _Flow:
         self.bres = 0
         self.bmsn = 0
         self.queue = Ring(queue_depth)
+        self.hi = 0
+        self.lo_cur = 0
+        self.lo_prev = 0
 
 
 class ThemisD:
@@ -105,7 +121,7 @@ class ThemisD:
     def reset(self):
         """Hardware reset: every QP idle, every queue empty, compensation disarmed."""
         self.flows = [_Flow(self.queue_depth) for _ in range(self.n_qps)]
-        self.counts = [0] * 8
+        self.counts = [0] * N_STATS
 
     # -- control -------------------------------------------------------------------------------------------------
 
@@ -132,7 +148,7 @@ class ThemisD:
         """Return the output item for one input item (a dict of ``ThemisDItem`` fields; missing fields are 0)."""
         item = {name: item.get(name, 0) for name in INPUT_FIELDS}
         out = dict(item)
-        out.update(drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0)
+        out.update(drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0, out_of_range=0)
         flow = self._flow(item)
         if flow is not None:
             if item["kind"] == PacketKind.DATA.value:
@@ -140,6 +156,7 @@ class ThemisD:
             elif item["kind"] == PacketKind.NACK.value:
                 self._nack(item, flow, out)
         self.counts[out["verdict"]] += 1
+        self.counts[STAT_OUT_OF_RANGE] += out["out_of_range"]
         return out
 
     def _data(self, item, flow, out):
@@ -152,7 +169,35 @@ class ThemisD:
             elif psn_after(psn, flow.bepsn) and psn % self.n_paths == flow.bres:
                 flow.valid = 0
                 out.update(comp=1, comp_psn=flow.bepsn, comp_msn=flow.bmsn, verdict=Verdict.DATA_COMP)
+        self._bound(flow, psn)
         flow.queue.push(psn & self._mask, overwrite=True)
+
+    @staticmethod
+    def _bound(flow, psn):
+        """Widen the QP's PSN bound for a push of ``psn`` (before the push; see the module docstring)."""
+        queue = flow.queue
+        if len(queue) == 0:
+            flow.hi = flow.lo_cur = flow.lo_prev = psn
+            return
+        # Sign-of-difference tests (as the RTL's): equal values need no test, and a difference of exactly 2**23
+        # lies outside the 2**23 span the bound assumes.
+        if (psn - flow.hi) % PSN_MOD < PSN_MOD // 2:
+            flow.hi = psn
+        if queue.tail == 0:        # a new pass over the ring's slots begins with this push
+            flow.lo_prev, flow.lo_cur = flow.lo_cur, psn
+        elif (psn - flow.lo_cur) % PSN_MOD >= PSN_MOD // 2:
+            flow.lo_cur = psn
+
+    def out_of_range(self, flow, e):
+        """Some PSN the QP's queue may hold could lie ``2**(entry_bits-1)`` or more from ``e``."""
+        if len(flow.queue) == 0 or self.entry_bits == PSN_BITS:
+            return False
+        half = 1 << (self.entry_bits - 1)
+
+        def far(p):
+            d = (p - e) % (1 << PSN_BITS)
+            return not (d < half or d > (1 << PSN_BITS) - half)
+        return far(flow.hi) or far(flow.lo_cur) or far(flow.lo_prev)
 
     def _same_path_after(self, x, e):
         """Entry ``x`` is after ePSN ``e`` (a full PSN) and Themis-S sent it on ePSN's path. The entry's full PSN is
@@ -167,6 +212,12 @@ class ThemisD:
         et = e & self._mask
         queue = flow.queue
         verdict = None
+        if self.out_of_range(flow, e):
+            queue.drop(len(queue))
+            if not flow.valid or not psn_after(flow.bepsn, e):
+                flow.valid = 0
+            out.update(verdict=Verdict.NACK_NO_TPSN, out_of_range=1)
+            return
         # Phase 1: dequeue the entries before tPSN, the first entry after ePSN. tPSN stays at the head: it may be
         # the only evidence for a later NACK that its ePSN was lost.
         t = next((i for i in range(len(queue)) if serial_after(queue[i], et, self.entry_bits)), None)
@@ -200,17 +251,20 @@ class ThemisD:
 
     def stats(self):
         """The statistics counters, as the RTL's ``stats`` port and STATUS_i registers hold them: results per
-        verdict, modulo 2**32."""
+        verdict (0 to 7), then out-of-range NACKs (8), modulo 2**32."""
         return [c % (1 << 32) for c in self.counts]
 
     def cycles(self, out):
         """Clock cycles the item holds the read-modify-write stage when the output is not back-pressured.
 
-        1 for every item but a NACK with a flow-table hit: a NACK of an active QP holds it ``scanned + 6`` cycles
-        (3 for an empty queue): one cycle to read the flow entry, one per queue entry read, four to bring the last
-        entry read through the scan pipeline (read, registered read data, distance, look-ups) to its decision, one to
-        write back. A NACK whose entry is idle also goes through the scan state: 3 cycles.
+        1 for every item but a NACK with a flow-table hit: a NACK of an active QP holds it ``scanned + 8`` cycles
+        (3 for an empty queue): one cycle to read the flow entry, one per queue entry read, six to bring the last
+        entry read through the scan pipeline (read, three registered read-data stages, distance, look-ups) to its
+        decision, one to write back. A NACK whose entry is idle also goes through the scan state: 3 cycles. An out-of-range NACK reads
+        no entry: 5 cycles (the range test takes the scan's first two cycles and stops it in the third).
         """
         if out["kind"] == PacketKind.NACK.value and out["qp_hit"] and out["qp"] < self.n_qps:
-            return out["scanned"] + 6 if out["scanned"] else 3
+            if out.get("out_of_range"):
+                return 5
+            return out["scanned"] + 8 if out["scanned"] else 3
         return 1
