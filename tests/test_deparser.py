@@ -255,7 +255,8 @@ def test_deparser_signature():
     assert dut.max_frame_bytes == 256 * 64
     members = dut.signature.members
     assert set(members) == {"s_axis", "act", "m_axis", "stats"}
-    assert members["stats"] == Out(32)
+    assert members["stats"] == Out(96)
+    assert dut.cut_through is False and Deparser(cut_through=True).cut_through is True
     assert members["s_axis"] == In(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=1))
     assert members["act"] == In(stream.Signature(DeparseAction()))
@@ -283,6 +284,7 @@ def test_depth_rule():
     ({"pending": 1}, ValueError, r"^pending must be at least 2, not 1$"),
     ({"user_width": None}, TypeError, r"^user_width must be an integer, not None$"),
     ({"user_width": 0}, ValueError, r"^User width must be at least 1, not 0$"),
+    ({"cut_through": 1}, TypeError, r"^cut_through must be a bool, not 1$"),
 ])
 def test_deparser_bad_parameters(kwargs, exc, message):
     with pytest.raises(exc, match=message):
@@ -311,7 +313,7 @@ class DeparserTop(Elaboratable):
         self.act_valid = Signal(name="act_valid")
         self.act_ready = Signal(name="act_ready")
         self.act_payload = Signal(DeparseAction().size, name="act_payload")
-        self.stats = Signal(32, name="stats")
+        self.stats = Signal(len(self.deparser.stats), name="stats")
 
     def ports(self):
         return [*self.s_axis.values(), *self.m_axis.values(), self.act_valid, self.act_ready, self.act_payload,
@@ -342,21 +344,44 @@ def test_deparser_top_ports():
                      ["act_valid", "act_ready", "act_payload", "stats"])
 
 
-def _run(testcase, *, depth=256, pending=32, env=None):
-    top = DeparserTop(depth=depth, pending=pending)
-    path = write_verilog(top, name="deparser_top", ports=top.ports())
+def _run(testcase, *, depth=256, pending=32, env=None, cut_through=False, fcs=False):
+    top = DeparserTop(depth=depth, pending=pending, cut_through=cut_through, fcs=fcs)
+    top_name = "deparser_top" + ("_ct" if cut_through else "") + ("_fcs" if fcs else "")
+    path = write_verilog(top, name=top_name, ports=top.ports())
     text = path.read_text()
     for name in ["clk", "rst", "s_axis_tdata", "s_axis_tready", "m_axis_tuser", "act_payload", "act_ready"]:
         assert f" {name};" in text, f"port {name} missing from {path}"
-    run_cocotb(path, toplevel="deparser_top", test_module="lbpipe.tb.packet.test_deparser", testcase=testcase,
-               extra_env={"DEPARSER_DEPTH": str(depth), "DEPARSER_PENDING": str(pending), **(env or {})})
+    run_cocotb(path, toplevel=top_name, test_module="lbpipe.tb.packet.test_deparser", testcase=testcase,
+               extra_env={"DEPARSER_DEPTH": str(depth), "DEPARSER_PENDING": str(pending),
+                          "DEPARSER_CUT_THROUGH": str(int(cut_through)), "DEPARSER_FCS": str(int(fcs)),
+                          **(env or {})})
 
 
 @pytest.mark.parametrize("testcase", ["corpus_unthrottled", "corpus_with_pauses", "random_actions",
                                       "sizes_back_to_back", "backpressure_stalls_input", "latency_one_frame",
-                                      "reset_mid_traffic"])
+                                      "reset_mid_traffic", "counters_by_reason", "first_beat_latency"])
 def test_deparser_cocotb(testcase):
     _run(testcase)
+
+
+#: The cut-through deparser's testcases (``backpressure_stalls_input`` checks that actions wait for the last beat,
+#: which cut-through does not; ``largest_frame`` the cut of frames longer than the buffer, which cut-through never
+#: needs: a frame streams through).
+CUT_THROUGH_TESTCASES = ["corpus_unthrottled", "corpus_with_pauses", "random_actions", "sizes_back_to_back",
+                         "latency_one_frame", "reset_mid_traffic", "counters_by_reason", "first_beat_latency"]
+
+
+def test_deparser_cocotb_cut_through():
+    """``cut_through=True``: outputs held to :func:`lbpipe.sim.packet.deparser.deparse_cut_through` and to scapy,
+    actions taken before their frames' last beats, the first beat's latency independent of the frame's size."""
+    _run(CUT_THROUGH_TESTCASES, cut_through=True)
+
+
+def test_deparser_cocotb_fcs():
+    """``fcs=True`` (store-and-forward): the corpus, random actions and a reset, held to
+    ``deparse_cut_through(..., fcs=True, depth=...)``: the last 4 bytes of each frame are its FCS, so a rewrite is
+    whole only with 4 bytes after the ICRC (the corpus's frames that end with their ICRC are sent bad)."""
+    _run(["corpus_unthrottled", "corpus_with_pauses", "random_actions", "reset_mid_traffic"], fcs=True)
 
 
 def test_deparser_cocotb_tight_buffers():

@@ -325,8 +325,8 @@ class ParserTop(Elaboratable):
     cocotbext-axi's ``AxiStreamBus.from_prefix`` binds), ``meta_valid``, ``meta_ready``, ``meta_payload``
     (``PacketMeta`` packing), and ``clk``/``rst`` from the ``sync`` domain."""
 
-    def __init__(self, *, user_width=1, laps_port=LAPS_PORT):
-        self.parser = Parser(user_width=user_width, laps_port=laps_port)
+    def __init__(self, *, user_width=1, laps_port=LAPS_PORT, early=False, fcs=False):
+        self.parser = Parser(user_width=user_width, laps_port=laps_port, early=early, fcs=fcs)
         members = self.parser.signature.members
         self.s_axis = {name: Signal(member.shape, name=f"s_axis_{name}")
                        for name, member in members["s_axis"].signature.members.items()}
@@ -378,7 +378,64 @@ def test_parser_cocotb(laps_port):
 
 #: The parser bench's testcases in the default profile; ``tag_wrap`` and ``laps_fuzz`` run in the regression one.
 DEFAULT_TESTCASES = ["corpus_with_stalls", "corpus_at_line_rate", "line_rate", "meta_does_not_wait_for_m_axis",
-                     "reset_mid_traffic", "long_frames"]
+                     "reset_mid_traffic", "long_frames", "item_timing_by_mode"]
+
+
+def test_parser_cocotb_early():
+    """``early=True``: the same testcases, items held to ``parse(..., early=True)`` and timed from the beat that
+    completes the header window."""
+    top = ParserTop(early=True)
+    path = write_verilog(top, name="parser_top_early", ports=top.ports())
+    run_cocotb(path, toplevel="parser_top_early", test_module="lbpipe.tb.packet.test_parser",
+               testcase=DEFAULT_TESTCASES, extra_env={"PARSER_EARLY": "1"})
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_parser_cocotb_fcs(early):
+    """``fcs=True`` (late and early items): the corpus held to ``parse(..., fcs=True)``, and frames with a real
+    FCS (zlib) worked by hand."""
+    top = ParserTop(fcs=True, early=early)
+    name = "parser_top_fcs_early" if early else "parser_top_fcs"
+    path = write_verilog(top, name=name, ports=top.ports())
+    run_cocotb(path, toplevel=name, test_module="lbpipe.tb.packet.test_parser",
+               testcase=["corpus_with_stalls", "reset_mid_traffic", "fcs_frames"],
+               extra_env={"PARSER_FCS": "1", "PARSER_EARLY": str(int(early))})
+
+
+def test_golden_fcs_by_hand():
+    """With ``fcs``, the rules read the frame without its last 4 bytes: a RoCEv2 frame with its zlib FCS is RoCEv2
+    with the length before the FCS; without ``fcs`` the 4 bytes are a trailer (still RoCEv2, 4 bytes longer)."""
+    import zlib
+    from lbpipe.sim.packet.parser import parse
+    body = bytes(12) + b"\x08\x00" + _ipv4(_udp(_bth(0x04, 0x77, 9) + bytes(8) + bytes(4)))
+    frame = body + struct.pack("<I", zlib.crc32(body))
+    assert len(body) == 14 + 20 + 8 + 12 + 8 + 4 == 66
+    with_fcs, plain = parse(frame, fcs=True), parse(frame)
+    assert (with_fcs["roce"], with_fcs["frame_len"], with_fcs["short"], with_fcs["icrc_off"]) == (1, 66, 0, 62)
+    assert (plain["roce"], plain["frame_len"]) == (1, 70)
+    assert parse(body, fcs=True)["truncated"] == 1 and parse(body, fcs=True)["frame_len"] == 62
+    assert parse(bytes(3), fcs=True)["frame_len"] == 0 and parse(bytes(67), fcs=True)["short"] == 1
+    assert parse(bytes(68), fcs=True)["short"] == 0
+
+
+def test_golden_early_items_by_hand():
+    """Early items, worked by hand: a frame of up to 128 bytes gets its late item; a longer one reads as saturated
+    (``frame_len`` 65,535), so a frame cut inside its IP packet is predicted whole RoCEv2, and a frame with bytes
+    after its IP packet is RoCEv2 either way."""
+    from lbpipe.sim.packet.parser import parse
+    ip = _ipv4(_udp(_bth(0x0A, 0x123, 7) + bytes(16) + bytes(1000 - 20 - 8 - 12 - 16 - 4) + bytes(4)))
+    frame = bytes(12) + b"\x08\x00" + ip                       # 1,014 bytes, WRITE ONLY
+    assert len(frame) == 1014
+    late, early = parse(frame), parse(frame, early=True)
+    assert (late["roce"], late["frame_len"], early["roce"], early["frame_len"]) == (1, 1014, 1, 65535)
+    assert {**early, "frame_len": 1014} == late
+    cut = frame[:640]
+    assert (parse(cut)["roce"], parse(cut)["truncated"], parse(cut)["kind"]) == (0, 1, 0)
+    assert (parse(cut, early=True)["roce"], parse(cut, early=True)["truncated"], parse(cut, early=True)["kind"],
+            parse(cut, early=True)["psn"], parse(cut, early=True)["icrc_off"]) == (1, 0, 1, 7, 14 + 1000 - 4)
+    small = frame[:129], frame[:128]
+    assert parse(small[0], early=True)["frame_len"] == 65535 and parse(small[0])["frame_len"] == 129
+    assert parse(small[1], early=True) == parse(small[1]) and parse(small[1])["truncated"] == 1
 
 
 def test_every_parser_testcase_runs_in_a_profile():
@@ -388,7 +445,7 @@ def test_every_parser_testcase_runs_in_a_profile():
     tree = ast.parse(open(bench.__file__).read())
     cases = {f.name for f in tree.body if isinstance(f, ast.AsyncFunctionDef)
              and any("cocotb.test" in ast.unparse(d) for d in f.decorator_list)}
-    assert cases == set(DEFAULT_TESTCASES) | {"tag_wrap", "laps_fuzz"}
+    assert cases == set(DEFAULT_TESTCASES) | {"tag_wrap", "laps_fuzz", "fcs_frames"}
 
 
 @pytest.mark.regression
@@ -421,3 +478,9 @@ def test_parser_synthesis(tmp_path_factory):
     print({k: report[k] for k in ("lut", "ff", "carry8", "muxf", "logic_levels", "seconds")})
     print(report["critical_path"])
     assert report["logic_levels"] <= 6, report["critical_path"]
+
+
+@pytest.mark.parametrize("early", [1, "yes", None])
+def test_parser_early_must_be_bool(early):
+    with pytest.raises(TypeError, match="early must be a bool"):
+        Parser(early=early)

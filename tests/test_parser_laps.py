@@ -74,7 +74,7 @@ def test_laps_port_in_the_registry():
     block = get_block("parser")
     assert block.defaults()["laps_port"] == LAPS_PORT
     params = block.resolve(parse_params(block, ["laps_port=0x1388"]))
-    assert params == {"user_width": 1, "laps_port": 5000}
+    assert params == {"user_width": 1, "laps_port": 5000, "early": False, "fcs": False}
     assert block.build(**params).laps_port == 5000
     with pytest.raises(ValueError, match="RoCEv2"):
         block.build(**block.resolve({"laps_port": 4791}))

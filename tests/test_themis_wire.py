@@ -33,12 +33,81 @@ def test_golden_passes_other_frames():
     assert model.process(frame) == frame
 
 
-@pytest.mark.parametrize("testcase", ["frames_with_stalls", "line_rate", "reset_mid_traffic"])
-def test_rtl(testcase):
-    top = FlatTop(ThemisSWire(n_paths=8, depth=256))
-    path = write_verilog(top, name="themis_wire_top", ports=top.ports())
-    run_cocotb(path, toplevel="themis_wire_top", test_module="lbpipe.tb.themis.test_themis_s_wire", testcase=testcase,
-               extra_env={"LBPIPE_WIRE_PATHS": "8"})
+@pytest.mark.parametrize("cut_through", [True, False])
+def test_rtl(cut_through):
+    """Both modes: mixed traffic with and without stalls, a reset in flight, and frames whose end contradicts their
+    headers (expectations by hand)."""
+    top = FlatTop(ThemisSWire(n_paths=8, depth=256, cut_through=cut_through))
+    name = "themis_wire_top" if cut_through else "themis_wire_top_sf"
+    path = write_verilog(top, name=name, ports=top.ports())
+    run_cocotb(path, toplevel=name, test_module="lbpipe.tb.themis.test_themis_s_wire",
+               testcase=["frames_with_stalls", "line_rate", "reset_mid_traffic", "contradicting_frames"],
+               extra_env={"LBPIPE_WIRE_PATHS": "8", "LBPIPE_WIRE_CT": str(int(cut_through))})
+
+
+@pytest.mark.parametrize("cut_through", [True, False])
+def test_rtl_fcs(cut_through):
+    """``fcs=True``: frames with a zlib FCS through both modes, the FCS still correct after the rewrite."""
+    top = FlatTop(ThemisSWire(n_paths=8, depth=256, cut_through=cut_through, fcs=True))
+    name = "themis_wire_top_fcs" if cut_through else "themis_wire_top_fcs_sf"
+    path = write_verilog(top, name=name, ports=top.ports())
+    run_cocotb(path, toplevel=name, test_module="lbpipe.tb.themis.test_themis_s_wire", testcase="fcs_frames",
+               extra_env={"LBPIPE_WIRE_PATHS": "8", "LBPIPE_WIRE_CT": str(int(cut_through))})
+
+
+def test_golden_fcs_bug4():
+    """Bug 4: a RoCEv2 frame carrying its FCS (zlib), whose 4 bytes push the frame's end into the next beat,
+    passed unsprayed and uncounted. With ``fcs`` it is sprayed, ICRC and FCS correct; without, store-and-forward
+    still refuses it but counts it (refused)."""
+    import struct
+    import zlib
+    # IPv4 SEND ONLY sized so that its ICRC ends at lane 61 of beat 1:
+    # 14 + 20 + 8 + 12 + 68 + 4 = 126 bytes, then the FCS at 126-129 (beat 2).
+    body = bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x55, 1, opcode=0x04, payload_len=68))
+    assert len(body) == 126
+    frame = body + struct.pack("<I", zlib.crc32(body))
+    for cut_through in (False, True):
+        model = ThemisSWireModel(n_paths=2, cut_through=cut_through, fcs=True)
+        model.control({"table": 0, "index": 1, "data": 0x0F0F})
+        out = model.process(frame)
+        assert int.from_bytes(out[34:36], "big") == 0xC000 ^ 0x0F0F and out[122:126] == icrc(out[:126])
+        assert out[-4:] == struct.pack("<I", zlib.crc32(out[:-4])) and not model.last_bad
+    model = ThemisSWireModel(n_paths=2, cut_through=False)
+    model.control({"table": 0, "index": 1, "data": 0x0F0F})
+    assert model.process(frame) == frame and model.stats() == [1, 0, 0, 1, 0, 0]
+
+
+def test_wire_parameters():
+    wire = ThemisSWire()
+    assert wire.cut_through is True and ThemisSWire(cut_through=False).cut_through is False
+    assert wire.signature.members["stats"].shape == 192
+    # Cut-through: second beat, parser 7, Themis-S, deparser 28 (hand sum of the documented latencies).
+    from lbpipe.hdl.themis.themis_s import ThemisS
+    assert wire.latency == 1 + 7 + ThemisS.latency + 28
+    with pytest.raises(TypeError, match="cut_through must be a bool"):
+        ThemisSWire(cut_through="yes")
+
+
+def test_golden_cut_through_rules_by_hand():
+    """The wire model in both modes on frames worked by hand: a non-zero checksum is declined and counted in
+    cut-through only; a frame cut inside its IP packet is predicted whole (sent bad) in cut-through only."""
+    deltas = [0x0F0F, 0x1234]
+    frames = {
+        "summed": bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x123, 1, payload_len=200, udp_chksum=0x4321)),
+        "cut": bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x123, 0, payload_len=1000))[:300],
+    }
+    for cut_through in (True, False):
+        model = ThemisSWireModel(n_paths=2, cut_through=cut_through)
+        for p, d in enumerate(deltas):
+            model.control({"table": 0, "index": p, "data": d})
+        out = model.process(frames["summed"])
+        assert (out == frames["summed"]) == cut_through
+        assert int.from_bytes(out[34:36], "big") == (0xC000 if cut_through else 0xC000 ^ 0x1234)
+        out = model.process(frames["cut"])
+        assert model.last_bad == cut_through
+        assert int.from_bytes(out[34:36], "big") == (0xC000 ^ 0x0F0F if cut_through else 0xC000)
+        assert out[36:] == frames["cut"][36:]
+        assert model.stats() == ([2, 0, 0, 0, 1, 1] if cut_through else [1, 1, 0, 0, 0, 0])
 
 
 def test_pcap_replay_golden_and_rtl_identical(tmp_path):
@@ -86,8 +155,14 @@ def test_packet_bench(monkeypatch):
     """``lbpipe bench themis-s-wire`` measures beats per clock per frame size in RTL and formats a table (two sizes
     here, to stay short)."""
     from lbpipe import bench
-    monkeypatch.setattr(bench, "PACKET_SIZES", [64, 129])
+    monkeypatch.setattr(bench, "PACKET_SIZES", [64, 129, 1518])
     rows = bench.run_bench("themis-s-wire", {"n_paths": 4})
-    assert [(r["size"], r["beats"], r["beats_per_clock"]) for r in rows] == [(64, 48, 1.0), (129, 144, 1.0)]
+    assert [(r["size"], r["beats"], r["beats_per_clock"]) for r in rows] == [(64, 48, 1.0), (129, 144, 1.0),
+                                                                              (1518, 1152, 1.0)]
+    # Cut-through: the first beat's latency is the same for every frame of two beats or more, alone or back to
+    # back, and one cycle less for a one-beat frame (its only beat completes the header window).
+    lat = [(r["first_beat_latency"], r["first_beat_latency_max"]) for r in rows]
+    assert lat[1] == lat[2] == (lat[1][0], lat[1][0]) and lat[0][0] == lat[1][0] - 1, lat
     text = bench.format_bench(rows)
-    assert "| `themis-s-wire` | 129 | 48 | 144 | 144 | 1.000 |" in text and "Items per clock" not in text
+    assert f"| `themis-s-wire` | 129 | 48 | 144 | 144 | 1.000 | {lat[1][0]} | {lat[1][0]} |" in text
+    assert "Items per clock" not in text

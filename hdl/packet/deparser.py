@@ -41,6 +41,18 @@ with its ICRC or with at most a few bytes of Ethernet padding after it, so every
 with a long trailer after its IP packet does not, and passes unchanged (as does any frame whose action asks for a
 rewrite the rule refuses; nothing else is flagged).
 
+**Cut-through** (``cut_through=True``; docs/packet_io.md): actions are taken as soon as they come, before their
+frames' last beats (an early parser answers after the second beat), and frames leave as they arrive; there is no
+tail FIFO and no cut of long frames, and a credit counter keeps the actions joined within the edit FIFO. The rule
+cannot see the frame's end (``rewrite``, ``l4_off`` even, ``icrc_off >= l4_off + 8``); as the frame leaves, a
+rewritten frame that ends before the ICRC's last byte, or whose UDP checksum is not zero (its update needs the old
+ICRC, which comes last; the checksum is left as it came), gets ``tuser`` bit 0 set on its last beat (*bad*, the
+Corundum/OpenNIC convention: the MAC aborts it) and is counted. **FCS** (``fcs=True``): frames end with their FCS;
+in both modes the rewrite is decided and checked as in cut-through, the frame having to hold the ICRC and 4 bytes
+after it, and the FCS is left as it is: the port and ICRC changes leave it valid (the CRC-32 of the change
+pattern, whose last 4 bytes are its own CRC-32 register, is 0), which a checksum change would not.
+:func:`lbpipe.sim.packet.deparser.deparse_cut_through` is the golden rule for both.
+
 **Buffers and flow control:**
 
 * The *beat FIFO* (``depth`` beats, block RAM) holds frames until their action is resolved. A frame longer than
@@ -77,8 +89,12 @@ rewrite the rule refuses; nothing else is flagged).
   to the one that hands it on): O1 beat and edit registered out of their FIFOs (block RAM outputs registered);
   O2 which fields this beat holds; O3 the XOR pattern for port and ICRC bytes, the old port (this beat's or held
   from an earlier one) and checksum read out of the beat; O4, O5 the checksum sum (carry-select ones'-complement
-  adders); O6 the new checksum; O7 the ``m_axis`` register, beat XOR pattern.
-* :attr:`Deparser.latency` = 27: from the edge that takes an action to the one that hands on its frame's first
+  adders); O6 the new checksum; O7 the beat XOR pattern applied, written into the skid buffer, whose registered
+  output is ``m_axis`` (O8). O1 to O7 never stall (STYLE.md: a result register and a small skid buffer before the
+  output multiplexers): a beat is read out of the beat FIFO only while the 16-beat skid buffer has room for it and
+  every beat on its way there, so ``m_axis.tready`` drives the skid buffer's output register and a credit counter,
+  not the enables of the ~5,000 pipeline flip-flops.
+* :attr:`Deparser.latency` = 28: from the edge that takes an action to the one that hands on its frame's first
   beat, when the frame is buffered and nothing is ahead of it.
 
 The action's ``tag`` is not interpreted: it travels with the action so one layout can carry a block's result to
@@ -152,6 +168,8 @@ _EDIT = data.StructLayout({
     "icrc_lane":  _LANE_BITS,
     "icrc_xor":   32,       # dICRC, ICRC byte k in bits 8k+7..8k
     "csum_icrc":  16,       # the ICRC words' checksum term, sum(new) - sum(old) modulo 0xFFFF
+    "end_beat":   ICRC_OFF_BITS - _LANE_BITS + 1,   # the ICRC's last byte (cut-through: checked at tlast)
+    "end_lane":   _LANE_BITS,
 })
 
 
@@ -203,6 +221,9 @@ class Deparser(wiring.Component):
         Frames whose action is still awaited, at least 2 (default 32).
     user_width : int
         Width of ``tuser``, passed through beat for beat; at least 1.
+    cut_through : bool
+        Take each action as soon as it comes (before its frame's last beat) and send the frame as it arrives; see
+        "Cut-through" in the module docstring. False (store-and-forward) by default.
 
     Members
     -------
@@ -213,8 +234,11 @@ class Deparser(wiring.Component):
     m_axis : Out(AXI4StreamSignature(data_width=512, user_width=user_width))
         The frames not dropped, rewritten where the action says; ``tkeep``, ``tlast``, ``tuser`` and the bytes
         not rewritten (undefined lanes included) exactly as they came.
-    stats : Out(32)
-        Frames dropped for being longer than ``depth`` beats (wrapping; cleared by reset).
+    stats : Out(96)
+        Three wrapping 32-bit counters, cleared by reset: bits 31-0 frames dropped for being longer than ``depth``
+        beats (store-and-forward only); bits 63-32 *refused* rewrites (``rewrite`` and not ``drop`` but the rule
+        refuses: the frame passes unchanged); bits 95-64 rewritten frames sent *bad* (cut-through only: ``tuser``
+        bit 0 set on the last beat).
 
     Raises
     ------
@@ -225,18 +249,21 @@ class Deparser(wiring.Component):
     """
 
     #: Output pipeline: edges from the one that takes a beat out of the beat FIFO to the one that hands it on.
-    output_latency = 7
+    output_latency = 8
     #: Join pipeline: the edge that takes an action to the one that writes its edit into the edit FIFO.
     join_latency = 18
     #: ``depth - beats of the largest frame - action latency`` needed for line rate (measured; see the tests).
     DEPTH_MARGIN = 20
+    #: Beats of the output skid buffer: the output pipeline's beats in flight and the buffer's own latency, with
+    #: room for one beat per clock while ``m_axis`` is ready.
+    SKID_DEPTH = 16
     #: ``pending - action latency`` needed for line rate with one-beat frames (measured; see the tests).
     PENDING_MARGIN = 1
     #: Edges from the one that takes an action to the one that hands its frame's first beat on (frame buffered,
     #: nothing ahead, ``m_axis`` ready): ``join_latency``, 2 through the edit FIFO, ``output_latency``.
-    latency = 27
+    latency = 28
 
-    def __init__(self, *, depth=256, pending=32, user_width=1):
+    def __init__(self, *, depth=256, pending=32, user_width=1, cut_through=False, fcs=False):
         for name, value in (("depth", depth), ("pending", pending), ("user_width", user_width)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an integer, not {value!r}")
@@ -245,6 +272,14 @@ class Deparser(wiring.Component):
         if pending < 2:
             raise ValueError(f"pending must be at least 2, not {pending}")
         AXI4StreamSignature.check_parameters(data_width=8 * _BEAT_BYTES, user_width=user_width)
+        if not isinstance(cut_through, bool):
+            raise TypeError(f"cut_through must be a bool, not {cut_through!r}")
+        if not isinstance(fcs, bool):
+            raise TypeError(f"fcs must be a bool, not {fcs!r}")
+        self._cut_through = cut_through
+        self._fcs = fcs
+        # The rewrite is decided without the frame's end, and the end checked as the frame leaves.
+        self._late_check = cut_through or fcs
         self._depth = depth
         self._pending = pending
         self._user_width = user_width
@@ -253,7 +288,7 @@ class Deparser(wiring.Component):
             "s_axis": In(axis),
             "act":    In(stream.Signature(DeparseAction())),
             "m_axis": Out(axis),
-            "stats":  Out(32),
+            "stats":  Out(96),
         })
 
     @property
@@ -267,6 +302,14 @@ class Deparser(wiring.Component):
     @property
     def user_width(self):
         return self._user_width
+
+    @property
+    def cut_through(self):
+        return self._cut_through
+
+    @property
+    def fcs(self):
+        return self._fcs
 
     @property
     def max_frame_bytes(self):
@@ -298,8 +341,46 @@ class Deparser(wiring.Component):
         s, o, act = self.s_axis, self.m_axis, self.act
         beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=self._user_width)
         m.submodules.beats = beats = StreamFIFO(shape=beat_layout, depth=self._depth)
-        m.submodules.tails = tails = StreamFIFO(shape=_TAIL, depth=self._pending)
         m.submodules.edits = edits = StreamFIFO(shape=_EDIT, depth=self._depth)
+        if self._cut_through:
+            self._cut_through_input(m, beats, edits)
+        else:
+            self._store_and_forward_input(m, beats, edits)
+        self._output(m, beats, edits, o)
+        return m
+
+    def _cut_through_input(self, m, beats, edits):
+        """Cut-through: beats go straight into the beat FIFO (no tail, no cut: a frame leaves as it arrives, so
+        its length is not bounded by ``depth``), and an action is joined as soon as it comes, with no old ICRC
+        (a rewrite's checksum is never updated; a non-zero one marks the frame bad at the output). A credit
+        counter keeps the joins in flight and the edits waiting within the edit FIFO, since actions may now come
+        before their frames' beats."""
+        s, act = self.s_axis, self.act
+        m.d.comb += [
+            s.tready.eq(beats.i.ready),
+            beats.i.valid.eq(s.tvalid),
+            beats.i.payload.data.eq(s.tdata),
+            beats.i.payload.keep.eq(s.tkeep),
+            beats.i.payload.last.eq(s.tlast),
+            beats.i.payload.user.eq(s.tuser),
+        ]
+        outstanding = Signal(range(self._depth + 1))     # edits joined or joining, not yet taken by the output
+        fire = Signal()
+        done = Signal()
+        m.d.comb += [
+            act.ready.eq(outstanding != self._depth),
+            fire.eq(act.valid & act.ready),
+            done.eq(edits.o.valid & edits.o.ready),
+        ]
+        m.d.sync += outstanding.eq(outstanding + fire - done)
+        no_tail = Signal(_TAIL)
+        self._join(m, fire, act.payload, no_tail, edits)
+
+    def _store_and_forward_input(self, m, beats, edits):
+        """Store-and-forward: beats into the beat FIFO, each frame's tail into the tail FIFO, joined with its
+        action once both are there."""
+        s, act = self.s_axis, self.act
+        m.submodules.tails = tails = StreamFIFO(shape=_TAIL, depth=self._pending)
 
         # -- input: beats into the beat FIFO, each frame's tail into the tail FIFO ---------------------------------
         # A frame longer than the beat FIFO would wait forever for room its own beats hold: its depth-th beat is
@@ -349,11 +430,7 @@ class Deparser(wiring.Component):
         ]
         self._join(m, fire, act.payload, tails.o.payload, edits)
         with m.If(fire & tails.o.payload.cut):
-            m.d.sync += self.stats.eq(self.stats + 1)
-
-        # -- output: beats with their edit -------------------------------------------------------------------------
-        self._output(m, beats, edits, o)
-        return m
+            m.d.sync += self.stats[:32].eq(self.stats[:32] + 1)
 
     def _join(self, m, fire, action, tail, edits):
         # J0: the action, and the old ICRC out of the tail as it leaves the tail FIFO. ICRC byte k is window byte
@@ -375,6 +452,8 @@ class Deparser(wiring.Component):
             "last_idx": Signal(_BEAT_COUNT_BITS, name="j0_last_idx", reset_less=True),
             "n_valid": Signal(_LANE_BITS + 1, name="j0_n_valid", reset_less=True),
             "cut": Signal(name="j0_cut", reset_less=True),
+            # The last byte the frame must hold for a whole rewrite: the ICRC's, or with fcs the FCS's after it.
+            "need": Signal(ICRC_OFF_BITS + 1, name="j0_need", reset_less=True),
         }
         m.d.sync += j0_valid.eq(fire)
         with m.If(fire):
@@ -385,6 +464,7 @@ class Deparser(wiring.Component):
                 j0["last_idx"].eq(tail.last_idx),
                 j0["n_valid"].eq(tail.n_valid),
                 j0["cut"].eq(tail.cut),
+                j0["need"].eq(action.icrc_off + (7 if self._fcs else 3)),
             ]
 
         # J1: the rule (the ICRC ends in the last beat, inside the frame; UDP header before it; l4_off even),
@@ -396,12 +476,18 @@ class Deparser(wiring.Component):
             dist.eq(a.icrc_off - a.l4_off - 2),
             csum_wpos.eq(a.l4_off[1:] + 3),
         ]
-        applies = (a.rewrite & ~a.drop & ~j0["cut"] & ~a.l4_off[0] & (a.icrc_off >= a.l4_off + 8) &
-                   (end_beat == j0["last_idx"]) & (end_lane < j0["n_valid"]))
+        asked = a.rewrite & ~a.drop & ~j0["cut"]
+        applies = asked & ~a.l4_off[0] & (a.icrc_off >= a.l4_off + 8)
+        if not self._late_check:
+            # The frame's end is known: the ICRC must end in its last beat, inside the frame.
+            applies &= (end_beat == j0["last_idx"]) & (end_lane < j0["n_valid"])
+        with m.If(j0_valid & asked & ~applies):
+            m.d.sync += self.stats[32:64].eq(self.stats[32:64] + 1)
         widths = {
             "drop": 1, "apply": 1, "dist": DIST_BITS, "parity": 1,
             "sport_beat": 2, "sport_word": 5, "csum_beat": 3, "csum_word": 5, "sport_xor": 16,
             "icrc_beat": ICRC_OFF_BITS - _LANE_BITS, "icrc_lane": _LANE_BITS, "old": 32,
+            "end_beat": ICRC_OFF_BITS - _LANE_BITS + 1, "end_lane": _LANE_BITS,
         }
         j1 = {name: Signal(width, name=f"j1_{name}", reset_less=True) for name, width in widths.items()}
         j1_valid = Signal()
@@ -419,6 +505,8 @@ class Deparser(wiring.Component):
             j1["sport_xor"].eq(a.sport_xor),
             j1["icrc_beat"].eq(a.icrc_off[_LANE_BITS:]),
             j1["icrc_lane"].eq(a.icrc_off[:_LANE_BITS]),
+            j1["end_beat"].eq(j0["need"][_LANE_BITS:]),
+            j1["end_lane"].eq(j0["need"][:_LANE_BITS]),
             j1["old"].eq(j0["old"]),
             j1_x.eq(crc32_update(None, _swap16(a.sport_xor))),
         ]
@@ -475,16 +563,34 @@ class Deparser(wiring.Component):
         m.d.comb += [edits.i.valid.eq(e_valid), edits.i.payload.eq(edit)]
 
     def _output(self, m, beats, edits, o):
+        """O1 .. O6 never stall: every register advances every clock (bubbles where no beat was read), so no stall
+        enable fans out across the 512-bit datapath. What leaves O6 is combined into the beat and written into
+        the *skid buffer* (``SKID_DEPTH`` beats, LUT RAM, registered output), whose head is ``m_axis``. A beat
+        is read out of the beat FIFO only while the skid buffer has room for it and for every beat already on
+        its way there (a credit count), so back-pressure on ``m_axis`` stops the reads and never the pipeline."""
         nb = _BEAT_BYTES
-        adv = Signal()
-        read = Signal()
-        m.d.comb += [
-            adv.eq(~o.tvalid | o.tready),
-            read.eq(adv & beats.o.valid & edits.o.valid),
-            beats.o.ready.eq(adv & edits.o.valid),
-            edits.o.ready.eq(adv & beats.o.valid & beats.o.payload.last),
-        ]
         beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=self._user_width)
+        m.submodules.skid = skid = StreamFIFO(shape=beat_layout, depth=self.SKID_DEPTH)
+        credit = Signal(range(self.SKID_DEPTH + 1))     # beats read and not dropped, not yet taken on m_axis
+        room = Signal()
+        read = Signal()
+        sent = Signal()
+        m.d.comb += [
+            room.eq(credit != self.SKID_DEPTH),
+            read.eq(room & beats.o.valid & edits.o.valid),
+            beats.o.ready.eq(room & edits.o.valid),
+            edits.o.ready.eq(room & beats.o.valid & beats.o.payload.last),
+            sent.eq(skid.o.valid & skid.o.ready),
+        ]
+        m.d.sync += credit.eq(credit + (read & ~edits.o.payload.drop) - sent)
+        m.d.comb += [
+            o.tvalid.eq(skid.o.valid),
+            o.tdata.eq(skid.o.payload.data),
+            o.tkeep.eq(skid.o.payload.keep),
+            o.tlast.eq(skid.o.payload.last),
+            o.tuser.eq(skid.o.payload.user),
+            skid.o.ready.eq(o.tready),
+        ]
 
         # O1: beat and edit out of their FIFOs; the beat's index in its frame, and that index minus one.
         idx = Signal(_BEAT_COUNT_BITS)
@@ -499,11 +605,10 @@ class Deparser(wiring.Component):
         e1 = Signal(_EDIT, reset_less=True)
         i1 = Signal(_BEAT_COUNT_BITS, reset_less=True)
         i1m = Signal(_BEAT_COUNT_BITS, reset_less=True)
-        with m.If(adv):
-            m.d.sync += [
-                v1.eq(read & ~edits.o.payload.drop),
-                b1.eq(beats.o.payload), e1.eq(edits.o.payload), i1.eq(idx), i1m.eq(idx_m1),
-            ]
+        m.d.sync += [
+            v1.eq(read & ~edits.o.payload.drop),
+            b1.eq(beats.o.payload), e1.eq(edits.o.payload), i1.eq(idx), i1m.eq(idx_m1),
+        ]
 
         # O2: which fields this beat holds.
         v2 = Signal()
@@ -511,14 +616,19 @@ class Deparser(wiring.Component):
         e2 = Signal(_EDIT, reset_less=True)
         hit = {name: Signal(name=f"o2_{name}", reset_less=True) for name in ("sport", "csum", "icrc0", "icrc1")}
         on = v1 & e1.apply
-        with m.If(adv):
-            m.d.sync += [
-                v2.eq(v1), b2.eq(b1), e2.eq(e1),
-                hit["sport"].eq(on & (i1 == e1.sport_beat)),
-                hit["csum"].eq(on & (i1 == e1.csum_beat)),
-                hit["icrc0"].eq(on & (i1 == e1.icrc_beat)),       # ICRC bytes in lanes icrc_lane and up
-                hit["icrc1"].eq(on & (i1m == e1.icrc_beat)),      # the bytes that wrapped into the next beat
-            ]
+        m.d.sync += [
+            v2.eq(v1), b2.eq(b1), e2.eq(e1),
+            hit["sport"].eq(on & (i1 == e1.sport_beat)),
+            hit["csum"].eq(on & (i1 == e1.csum_beat)),
+            hit["icrc0"].eq(on & (i1 == e1.icrc_beat)),       # ICRC bytes in lanes icrc_lane and up
+            hit["icrc1"].eq(on & (i1m == e1.icrc_beat)),      # the bytes that wrapped into the next beat
+        ]
+        # Cut-through: a rewritten frame whose last beat ends before the ICRC's last byte (its real end
+        # contradicts the headers the action was taken on).
+        short2 = Signal()
+        if self._late_check:
+            before_end = (i1 < e1.end_beat) | ((i1 == e1.end_beat) & ~b1.keep.bit_select(e1.end_lane, 1))
+            m.d.sync += short2.eq(on & b1.last & before_end)
 
         # O3: the XOR pattern for port and ICRC bytes; the old port (this beat's or held) and checksum.
         pattern = []
@@ -547,13 +657,17 @@ class Deparser(wiring.Component):
         xor3 = Signal(16, reset_less=True)
         term3 = Signal(16, reset_less=True)
         cword3 = Signal(nb // 2, reset_less=True)     # one-hot checksum word lane (all zero: none in this beat)
-        with m.If(adv):
-            m.d.sync += [
-                v3.eq(v2), b3.eq(b2), x3.eq(Cat(*pattern)),
-                sport_hold.eq(sport_cur), port3.eq(sport_cur), csum3.eq(csum_here),
-                xor3.eq(e2.sport_xor), term3.eq(e2.csum_icrc),
-                cword3.eq(Cat(*[hit["csum"] & (e2.csum_word == j) for j in range(nb // 2)])),
-            ]
+        bad3 = Signal()                # cut-through: this beat shows the frame must be sent bad
+        last3 = Signal()
+        if self._late_check:
+            # A non-zero checksum cannot be updated without the old ICRC, which comes last.
+            m.d.sync += [bad3.eq(short2 | (hit["csum"] & (csum_here != 0))), last3.eq(v2 & b2.last)]
+        m.d.sync += [
+            v3.eq(v2), b3.eq(b2), x3.eq(Cat(*pattern)),
+            sport_hold.eq(sport_cur), port3.eq(sport_cur), csum3.eq(csum_here),
+            xor3.eq(e2.sport_xor), term3.eq(e2.csum_icrc),
+            cword3.eq(Cat(*[hit["csum"] & (e2.csum_word == j) for j in range(nb // 2)])),
+        ]
 
         # O4: ~HC + ~m and m' + (ICRC term); O5: their sum; RFC 1624 eqn. 3.
         p = _oc_add(m, ~csum3, ~port3, "csum_p")
@@ -563,8 +677,11 @@ class Deparser(wiring.Component):
         x4 = Signal(8 * nb, reset_less=True)
         p4, q4, csum4 = (Signal(16, name=n, reset_less=True) for n in ("p4", "q4", "csum4"))
         cword4 = Signal(nb // 2, reset_less=True)
-        with m.If(adv):
-            m.d.sync += [v4.eq(v3), b4.eq(b3), x4.eq(x3), p4.eq(p), q4.eq(q), csum4.eq(csum3), cword4.eq(cword3)]
+        m.d.sync += [v4.eq(v3), b4.eq(b3), x4.eq(x3), p4.eq(p), q4.eq(q), csum4.eq(csum3), cword4.eq(cword3)]
+        bad4 = Signal()                # on the frame's last beat: send it bad
+        if self._late_check:
+            seen = Signal()                           # the frame on its way has shown it must be sent bad
+            m.d.sync += [bad4.eq(last3 & (seen | bad3)), seen.eq(~last3 & (seen | bad3))]
 
         total = _oc_add(m, p4, q4, "csum_total")
         v5 = Signal()
@@ -572,8 +689,12 @@ class Deparser(wiring.Component):
         x5 = Signal(8 * nb, reset_less=True)
         t5, csum5 = Signal(16, reset_less=True), Signal(16, reset_less=True)
         cword5 = Signal(nb // 2, reset_less=True)
-        with m.If(adv):
-            m.d.sync += [v5.eq(v4), b5.eq(b4), x5.eq(x4), t5.eq(total), csum5.eq(csum4), cword5.eq(cword4)]
+        bad5 = Signal()
+        m.d.sync += [v5.eq(v4), b5.eq(b4), x5.eq(x4), t5.eq(total), csum5.eq(csum4), cword5.eq(cword4),
+                     bad5.eq(bad4)]
+        if self._late_check:
+            with m.If(bad5):
+                m.d.sync += self.stats[64:].eq(self.stats[64:] + 1)
 
         # O6: HC' = ~total, a zero sent as 0xFFFF (both representations of zero give 0xFFFF); a zero HC stays.
         zero = (t5 == 0) | (t5 == 0xFFFF)
@@ -583,24 +704,28 @@ class Deparser(wiring.Component):
         x6 = Signal(8 * nb, reset_less=True)
         cx6 = Signal(16, reset_less=True)
         cword6 = Signal(nb // 2, reset_less=True)
-        with m.If(adv):
-            m.d.sync += [
-                v6.eq(v5), b6.eq(b5), x6.eq(x5), cword6.eq(cword5),
-                cx6.eq(Mux(csum5 != 0, _swap16(csum5 ^ new_csum), 0)),    # as the two lanes hold it
-            ]
+        bad6 = Signal()
+        m.d.sync += [
+            v6.eq(v5), b6.eq(b5), x6.eq(x5), cword6.eq(cword5), bad6.eq(bad5),
+            # Cut-through never writes the checksum (a non-zero one sends the frame bad instead).
+            cx6.eq(Mux(csum5 != 0, _swap16(csum5 ^ new_csum), 0) if not self._late_check else 0),
+        ]
 
-        # O7: the m_axis register.
+        # O7: the beat into the skid buffer (its registered output is m_axis).
         csum_pattern = Cat(*[Mux(cword6[j], cx6, 0) for j in range(nb // 2)])
-        with m.If(adv):
-            m.d.sync += [
-                o.tvalid.eq(v6),
-                o.tdata.eq(b6.data ^ x6 ^ csum_pattern),
-                o.tkeep.eq(b6.keep),
-                o.tlast.eq(b6.last),
-                o.tuser.eq(b6.user),
-            ]
+        keep_mask = Cat(*[b6.keep[k].replicate(8) for k in range(nb)])
+        m.d.comb += [
+            skid.i.valid.eq(v6),
+            # Cut-through may be told to XOR ICRC bytes past a frame that ended early: never into the
+            # undefined lanes of its last beat, which pass as they came.
+            skid.i.payload.data.eq(b6.data ^ ((x6 ^ csum_pattern) & keep_mask if self._late_check
+                                              else x6 ^ csum_pattern)),
+            skid.i.payload.keep.eq(b6.keep),
+            skid.i.payload.last.eq(b6.last),
+            skid.i.payload.user.eq(b6.user | bad6),     # tuser bit 0: bad frame (the MAC aborts it)
+        ]
 
 
 #: Edit fields the join carries from J2 to the edit FIFO unchanged.
 _EDIT_CARRIED = ("drop", "apply", "sport_beat", "sport_word", "csum_beat", "csum_word", "sport_xor", "icrc_beat",
-                 "icrc_lane")
+                 "icrc_lane", "end_beat", "end_lane")

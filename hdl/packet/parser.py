@@ -18,6 +18,19 @@ issue is silent:
   emitted at the end of the headers would have to be revoked at ``tlast``, and the blocks behind the parser keep
   per-flow state (Themis-D's PSN rings) that a revoked item would already have changed. The deparser is therefore
   store-and-forward: it buffers the frame, which it must do anyway to wait for the blocks' results.
+* **Early items** (``early=True``, for cut-through pipelines such as themis-s-wire; the default stays late, which
+  the compensator and the LAPS editor rely on): the item is emitted once the header window is complete, ``latency``
+  cycles after the frame's *second* beat is accepted (or its only beat), whatever the frame's length. A frame of
+  one or two beats (up to 128 bytes) gets exactly its late item. A longer frame's length is unknown then, and its
+  item reads the frame as saturated: ``frame_len`` 65,535, ``short`` 0, and no cut at the IP packet's end (every
+  header in the window does lie in a frame of more than 128 bytes). So an early item is a *prediction* from the
+  headers: a frame cut before the end its IP header announces, or carrying bytes after it, is found only at
+  ``tlast``, by the consumer (the cut-through deparser marks such a rewritten frame bad, docs/packet_io.md).
+  The golden model states the same rule (``parse(..., early=True)``).
+* **FCS** (``fcs=True``, a MAC that keeps the FCS): every rule reads the frame without its last 4 bytes
+  (``frame_len`` and ``short`` included), the length taken 4 less in stage 1 and the short-frame flags 4 bytes
+  later in stage 0; the frame passes on ``m_axis`` whole. Without it the FCS is a 4-byte trailer after the IP
+  packet, which the RoCEv2 rule allows (``parse(..., fcs=True)``).
 * **Header window**: the first 118 bytes of the frame (from the first two beats; a one-beat frame completes it at
   ``tlast``) are held until ``tlast``: enough for two tags, IPv4 with 40 bytes of options, UDP, and the longer of
   the BTH with the AETH (12 + 4) and the largest LAPS header (12 + 4 x 4): 22 + 60 + 8 + 28. RETH, ImmDt and the
@@ -351,6 +364,13 @@ class Parser(wiring.Component):
     laps_port : int
         UDP destination port of the LAPS shim (see the module docstring), 1 to 65535 but not RoCEv2's 4791;
         :data:`LAPS_PORT` (49573) by default.
+    early : bool
+        Emit each item once the header window is complete (after the frame's second beat) instead of after its last
+        beat (see "Early items" in the module docstring). False by default.
+    fcs : bool
+        Each frame ends with its 4-byte FCS (a MAC that keeps it): the rules read the frame without its last 4
+        bytes (``frame_len`` and ``short`` included), as :func:`lbpipe.sim.packet.parser.parse` with ``fcs``. The
+        frame passes on ``m_axis`` whole. False by default.
 
     Members
     -------
@@ -373,11 +393,17 @@ class Parser(wiring.Component):
     #: Cycles from the clock edge that accepts a frame's last beat to the edge that hands its item on.
     latency = 7
 
-    def __init__(self, *, user_width=1, laps_port=LAPS_PORT):
+    def __init__(self, *, user_width=1, laps_port=LAPS_PORT, early=False, fcs=False):
         AXI4StreamSignature.check_parameters(data_width=8 * _BEAT_BYTES, user_width=user_width)
         check_laps_port(laps_port)
+        if not isinstance(early, bool):
+            raise TypeError(f"early must be a bool, not {early!r}")
+        if not isinstance(fcs, bool):
+            raise TypeError(f"fcs must be a bool, not {fcs!r}")
+        self._fcs = fcs
         self._user_width = user_width
         self._laps_port = laps_port
+        self._early = early
         axis = AXI4StreamSignature(data_width=8 * _BEAT_BYTES, user_width=user_width)
         super().__init__({
             "s_axis": In(axis),
@@ -392,6 +418,14 @@ class Parser(wiring.Component):
     @property
     def laps_port(self):
         return self._laps_port
+
+    @property
+    def early(self):
+        return self._early
+
+    @property
+    def fcs(self):
+        return self._fcs
 
     def elaborate(self, platform):
         """The pipeline of the module docstring: the ``m_axis`` register beside the metadata stages 0 to 6, one
@@ -504,15 +538,28 @@ class Parser(wiring.Component):
         p1_tag = Signal(TAG_BITS, reset_less=True)
         with m.If(men):
             m.d.sync += [
-                p1_valid.eq(take & s.tlast),
+                # Late: at tlast. Early: once the window is complete, at the second beat or at a one-beat frame's
+                # tlast (exactly one item per frame either way).
+                p1_valid.eq(take & (((first & s.tlast) | second) if self._early else s.tlast)),
                 p1_win.eq(Cat(Mux(first, s.tdata, win0), Mux(second, s.tdata[:len(win1)], win1))),
                 # Past the beat count's range the length saturates (65,536, which frame_len shows as 65,535).
-                p1_n.eq(Mux(over, 1 << 16, Cat(count[:6], Mux(count[6], beats_p1, beats)))),
+                # Early, before tlast: the frame has more than two beats, and its length is not known yet; it
+                # reads as saturated (every header in the window is in the frame, no IP-packet cut is seen).
+                p1_n.eq(Mux(over | (~s.tlast if self._early else 0), 1 << 16,
+                            Cat(count[:6], Mux(count[6], beats_p1, beats)))),
                 p1_eth.eq(Mux(first, eth_decode(s.tdata), eth_first)),
-                p1_below.eq(Cat(*[first & ~keep[k - 1] for k in (14, 18, 22, 64)])),
+                p1_below.eq(self._below(first, second, s.tlast, keep)),
                 p1_tag.eq(tag),
             ]
         return SimpleNamespace(valid=p1_valid, win=p1_win, n=p1_n, eth=p1_eth, below=p1_below, tag=p1_tag)
+
+    def _below(self, first, second, last, keep):
+        """"Shorter than 14, 18, 22, 64 bytes" for the beat on ``s_axis`` (read at ``tlast``): a one-beat frame
+        whose ``tkeep`` stops before that byte; with ``fcs``, 4 bytes later, and every frame of up to 67 bytes is
+        short (its last beat the second, holding fewer than 4 bytes)."""
+        if not self._fcs:
+            return Cat(*[first & ~keep[k - 1] for k in (14, 18, 22, 64)])
+        return Cat(*[first & ~keep[k + 3] for k in (14, 18, 22)], first | (second & last & ~keep[3]))
 
     def _ethernet_stage(self, m, men, p1):
         """Stage 1, Ethernet: tags, the EtherType, cuts in the Ethernet header or a tag; the window realigned to the
@@ -523,6 +570,8 @@ class Parser(wiring.Component):
         length, short, tags found). One cycle of ``latency``.
         """
         win, n, eth, below = p1.win, p1.n, p1.eth, p1.below
+        f = 4 if self._fcs else 0   # with an FCS, the frame the rules see is 4 bytes shorter
+        n_rules = Mux(n < 4, 0, n - 4) if self._fcs else n
         t1 = Signal()
         t2 = Signal()
         trunc_l2 = Signal()
@@ -548,20 +597,20 @@ class Parser(wiring.Component):
                 p2_valid.eq(p1.valid),
                 p2_l3.eq(Mux(t2, _window(win, 22, _L3_BYTES),
                              Mux(t1, _window(win, 18, _L3_BYTES), _window(win, 14, _L3_BYTES)))),
-                p2_n.eq(n),
+                p2_n.eq(n_rules),
                 p2_sel4.eq(~trunc_l2 & Mux(t2, eth.ipv4[2], Mux(t1, eth.ipv4[1], eth.ipv4[0]))),
                 p2_sel6.eq(~trunc_l2 & Mux(t2, eth.ipv6[2], Mux(t1, eth.ipv6[1], eth.ipv6[0]))),
                 p2_l3sel.eq(Cat(t1 & ~t2, t2)),
                 p2_trunc.eq(trunc_l2),
                 # The IPv4 header's fixed 20 bytes, the IPv6 header's 40, are in the frame.
-                p2_fits.v4.eq(Mux(t2, n >= 42, Mux(t1, n >= 38, n >= 34))),
-                p2_fits.v6.eq(Mux(t2, n >= 62, Mux(t1, n >= 58, n >= 54))),
+                p2_fits.v4.eq(Mux(t2, n >= 42 + f, Mux(t1, n >= 38 + f, n >= 34 + f))),
+                p2_fits.v6.eq(Mux(t2, n >= 62 + f, Mux(t1, n >= 58 + f, n >= 54 + f))),
                 # What the IP length field is added to for the packet's end: the IP header's offset, + 40 for
                 # IPv6 (whose payload length leaves out the 40-byte header).
                 p2_ip_base.eq(Mux(t2, 22, Mux(t1, 18, 14)) +
                               Mux(Mux(t2, eth.ipv6[2], Mux(t1, eth.ipv6[1], eth.ipv6[0])), 40, 0)),
                 p2_common.tag.eq(p1.tag),
-                p2_common.frame_len.eq(Mux(n[16], 0xFFFF, n[:16])),
+                p2_common.frame_len.eq(Mux(n[16], 0xFFFF, n_rules[:16])),
                 p2_common.short.eq(below.b64),
                 p2_common.vlans.eq(Mux(t2 & ~below.b22, 2, Mux(t1 & ~below.b18, 1, 0))),
             ]

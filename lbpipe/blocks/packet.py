@@ -29,6 +29,8 @@ BLOCKS = [
             Param("user_width", 1, "width of the AXI4-Stream tuser, carried with the frame"),
             Param("laps_port", 0xC1A5, "UDP destination port of the LAPS shim, 1 to 65535 but not 4791 "
                                        "(default 49573, RFC 6335 dynamic range)"),
+            Param("early", False, "emit each item after the frame's second beat (cut-through) instead of its last"),
+            Param("fcs", False, "frames end with their 4-byte FCS, which the rules leave out"),
         ],
         build=load("lbpipe.hdl.packet.parser:Parser"),
         golden=None,
@@ -39,13 +41,15 @@ BLOCKS = [
     ),
     Block(
         name="deparser",
-        summary="Packet I/O: store-and-forward rewrite of frames from per-frame actions (UDP source port with "
-                "incremental ICRC and UDP checksum updates, drop)",
+        summary="Packet I/O: store-and-forward or cut-through rewrite of frames from per-frame actions (UDP "
+                "source port with incremental ICRC and UDP checksum updates, drop)",
         paper_ref="RoCEv2 (IBA annex A17), RFC 1624",
         params=[
             Param("depth", 256, "frame buffer in 64-byte beats (the largest frame is depth x 64 bytes)"),
             Param("pending", 32, "frames whose action has not arrived yet"),
             Param("user_width", 1, "width of the AXI4-Stream tuser"),
+            Param("cut_through", False, "take actions before the frame's end and send frames as they arrive"),
+            Param("fcs", False, "frames end with their 4-byte FCS (left valid by the rewrite)"),
         ],
         build=load("lbpipe.hdl.packet.deparser:Deparser"),
         golden=None,

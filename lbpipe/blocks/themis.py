@@ -118,6 +118,9 @@ BLOCKS = [
         params=[
             Param("n_paths", 256, "equal-cost paths N, 1 to 256"),
             Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+            Param("cut_through", True, "cut-through (first beat out a constant time after the first beat in) or "
+                                       "store-and-forward (every frame waits for its last beat)"),
+            Param("fcs", False, "frames carry their 4-byte FCS (a MAC that keeps it); it is left valid"),
         ],
         build=load("lbpipe.hdl.themis.wire:ThemisSWire"),
         golden=load("lbpipe.sim.themis.wire:ThemisSWireModel"),

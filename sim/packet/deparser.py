@@ -14,13 +14,29 @@ The rules (the hardware's module docstring explains the choices):
   :func:`icrc_delta`, and a non-zero UDP checksum (at ``l4_off + 6``) is updated for both changes; a zero one stays
   zero, and a computed zero is sent as 0xFFFF.
 * Otherwise the frame passes unchanged.
+
+**Cut-through** (``cut_through=True``, :func:`deparse_cut_through`): the action is taken before the frame's end is
+known, so the rule cannot look at the frame's length (:func:`rewrite_applies_cut_through`: ``rewrite``, ``l4_off``
+even, ``icrc_off >= l4_off + 8``). The port and the ICRC bytes that lie in the frame are XORed as in
+store-and-forward, the UDP checksum is never written (its update needs the old ICRC, which comes last), and the
+frame is sent *bad* (``tuser`` bit 0 set on its last beat) when the rewrite could not be made whole: the frame ends
+before the ICRC's last byte, or its UDP checksum is not zero. A frame that passes unchanged is never bad.
+
+**FCS** (``fcs=True``: each frame ends with its 4-byte Ethernet FCS, as from a MAC that keeps it): the rewrite is
+decided and checked as in cut-through, in both modes (:func:`deparse_cut_through` with ``fcs``), the frame having
+to hold the ICRC *and 4 bytes after it* to be whole. The FCS is never written: the port and ICRC changes leave it
+valid, since the CRC-32 of the change pattern (the port delta, ``dist`` zero bytes, the ICRC delta, which is that
+pattern's own CRC-32 register, least significant byte first) is 0 and stays 0 over the zero bytes up to the FCS;
+a checksum change would not, which is one more reason a non-zero checksum sends the frame bad. Store-and-forward
+with ``fcs`` still drops frames longer than ``depth`` beats.
 """
 
 import struct
 
 from lbpipe.sim.lib.crc import crc32_advance, crc32_state
 
-__all__ = ["deparse", "rewrite_applies", "icrc_delta", "checksum_update", "BEAT_BYTES", "ICRC_OFF_BITS"]
+__all__ = ["deparse", "deparse_cut_through", "rewrite_applies", "rewrite_applies_cut_through", "icrc_delta",
+           "checksum_update", "BEAT_BYTES", "ICRC_OFF_BITS"]
 
 BEAT_BYTES = 64
 ICRC_OFF_BITS = 14
@@ -132,3 +148,38 @@ def deparse(frame_bytes, action, *, depth=None):
         changed = [l4, l4 + 1, *range(icrc_at, icrc_at + 4)]
         struct.pack_into("!H", out, l4 + 6, checksum_update(chksum, frame, out, l4, changed))
     return bytes(out)
+
+
+def rewrite_applies_cut_through(l4_off, icrc_off):
+    """Whether the cut-through deparser rewrites a frame with these offsets (its length is not known yet)."""
+    return l4_off % 2 == 0 and icrc_off >= l4_off + 8
+
+
+def deparse_cut_through(frame_bytes, action, *, fcs=False, depth=None):
+    """What the cut-through deparser (or any deparser with ``fcs``) sends for ``frame_bytes`` under ``action``:
+    ``None`` if it drops the frame (the action says so, or, with ``depth``, the frame is longer than the
+    store-and-forward buffer), else ``(frame, bad)``, ``bad`` being ``tuser`` bit 0 of the last beat forced to 1
+    (the module docstring's rule).
+
+    Raises
+    ------
+    ValueError
+        If a field is unknown or does not fit its width.
+    """
+    frame = bytes(frame_bytes)
+    a = _check_action(action)
+    if a["drop"] or (depth is not None and len(frame) > 64 * depth):
+        return None
+    l4, icrc_at, sport_xor = a["l4_off"], a["icrc_off"], a["sport_xor"]
+    if not a["rewrite"] or not rewrite_applies_cut_through(l4, icrc_at):
+        return frame, False
+    out = bytearray(frame)
+    pattern = {l4: sport_xor >> 8, l4 + 1: sport_xor & 0xFF}
+    delta = icrc_delta(sport_xor, icrc_at - l4 - 2).to_bytes(4, "little")
+    pattern.update({icrc_at + k: delta[k] for k in range(4)})
+    for at, value in pattern.items():
+        if at < len(out):
+            out[at] ^= value
+    checksum = frame[l4 + 6:l4 + 8]
+    bad = icrc_at + 4 + (4 if fcs else 0) > len(frame) or any(checksum)
+    return bytes(out), bool(bad)

@@ -86,7 +86,7 @@ _AETH_OPCODES = frozenset(op for op, headers in _PARSED.items() if "AETH" in hea
 _RETH_OPCODES = frozenset(op for op, headers in _PARSED.items() if "RETH" in headers)
 _IMMDT_OPCODES = frozenset(op for op, headers in _PARSED.items() if "ImmDt" in headers)
 
-__all__ = ["parse", "parse_frames", "hw_length", "flow_hash"]
+__all__ = ["parse", "parse_frames", "hw_length", "flow_hash", "EARLY_BYTES"]
 
 
 def hw_length(length):
@@ -106,7 +106,11 @@ def _be(data, offset, size):
     return int.from_bytes(data[offset:offset + size], "big")
 
 
-def parse(frame, tag=0, *, laps_port=LAPS_PORT):
+#: Bytes in the frames whose early item is their late one: the header window completes at the second beat.
+EARLY_BYTES = 2 * 64
+
+
+def parse(frame, tag=0, *, laps_port=LAPS_PORT, early=False, fcs=False):
     """The ``PacketMeta`` item the parser emits for one frame.
 
     Parameters
@@ -117,6 +121,14 @@ def parse(frame, tag=0, *, laps_port=LAPS_PORT):
         The item's 16-bit tag (the hardware counts frames from 0 after reset).
     laps_port : int
         The parser's ``laps_port`` parameter.
+    early : bool
+        The parser's ``early`` parameter: the item is taken from the first two beats. A frame of more than 128 bytes
+        is then read as one of unknown, saturated length (65,536 bytes: ``frame_len`` 65,535, ``short`` 0, no cut
+        at the end of its IP packet); only the bytes of the header window are read, as always.
+    fcs : bool
+        The parser's ``fcs`` parameter: the frame's last 4 bytes are its FCS, and every rule (``frame_len`` and
+        ``short`` included) reads the frame without them (a frame of 4 bytes or fewer reads as 0 bytes);
+        ``frame_len`` still shows 65,535 for a frame whose measured length saturates.
 
     Returns
     -------
@@ -138,11 +150,13 @@ def parse(frame, tag=0, *, laps_port=LAPS_PORT):
     data = bytes(frame)
     if not 0 <= tag < (1 << TAG_BITS):
         raise ValueError(f"tag {tag} does not fit {TAG_BITS} bits")
-    n = hw_length(len(data))
+    measured = MAX_BEATS * 64 if early and len(data) > EARLY_BYTES else hw_length(len(data))
+    n = max(measured - 4, 0) if fcs else measured
     # The model reads only bytes the hardware's length says are in the frame.
     data = data[:n]
     meta = dict.fromkeys(meta_fields(), 0)
-    meta.update(tag=tag, frame_len=min(n, 0xFFFF), short=int(n < 64), kind=PacketKind.OTHER.value)
+    meta.update(tag=tag, frame_len=0xFFFF if measured == MAX_BEATS * 64 else n, short=int(n < 64),
+                kind=PacketKind.OTHER.value)
 
     # -- Ethernet and tags
     if n < 14:
@@ -270,7 +284,8 @@ def _laps(meta, data, off, ulen):
     )
 
 
-def parse_frames(frames, first_tag=0, *, laps_port=LAPS_PORT):
+def parse_frames(frames, first_tag=0, *, laps_port=LAPS_PORT, early=False, fcs=False):
     """:func:`parse` each frame with the tags the hardware gives a run of frames after reset (counting, wrapping
     at 16 bits)."""
-    return [parse(frame, (first_tag + i) % (1 << TAG_BITS), laps_port=laps_port) for i, frame in enumerate(frames)]
+    return [parse(frame, (first_tag + i) % (1 << TAG_BITS), laps_port=laps_port, early=early, fcs=fcs)
+            for i, frame in enumerate(frames)]

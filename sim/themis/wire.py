@@ -4,7 +4,8 @@ and :class:`lbpipe.hdl.themis.wire.ThemisDWire` (parser, QP classifier, Themis-D
 from lbpipe.hdl.themis.themis_d import check_parameters as check_themis_d
 from lbpipe.hdl.themis.wire import TABLE_THEMIS_D_BASE
 from lbpipe.sim.packet.compensator import Compensator
-from lbpipe.sim.packet.deparser import deparse
+from lbpipe.sim.packet.deparser import (deparse, deparse_cut_through, rewrite_applies,
+                                       rewrite_applies_cut_through)
 from lbpipe.sim.packet.parser import parse
 from lbpipe.sim.packet.qp_classifier import QpClassifier
 from lbpipe.sim.themis.themis_d import ThemisD
@@ -15,34 +16,60 @@ __all__ = ["ThemisSWireModel", "ThemisDWireModel"]
 
 class ThemisSWireModel:
     """Frames in, frames out, bit for bit as the hardware: the parser's item goes through Themis-S
-    (``mode="sport"``) and the deparser rewrites the UDP source port of sprayed RoCEv2 frames."""
+    (``mode="sport"``) and the deparser rewrites the UDP source port of sprayed RoCEv2 frames. Cut-through (the
+    default): early items, the cut-through deparser, a sprayed frame with a non-zero UDP checksum left unchanged;
+    :attr:`last_bad` says whether the last frame processed leaves bad (``tuser`` bit 0 on its last beat)."""
 
-    def __init__(self, *, n_paths=256, depth=256):
+    def __init__(self, *, n_paths=256, depth=256, cut_through=True, fcs=False):
         self.themis = ThemisS(n_paths=n_paths, mode="sport", hash_bits=16)
         self.depth = depth
-        self.tag = 0
+        self.cut_through = cut_through
+        self.fcs = fcs
+        self.reset()
 
     def reset(self):
         self.themis.reset()
         self.tag = 0
+        self.counters = {"cut": 0, "refused": 0, "bad": 0, "checksum": 0}
+        self.last_bad = False
 
     def control(self, cmd):
         self.themis.control(cmd)
 
     def stats(self):
-        return self.themis.stats()
+        """Themis-S's counters, then the deparser's (cut, refused, bad), then the checksum declines."""
+        c = self.counters
+        return self.themis.stats() + [c["cut"], c["refused"], c["bad"], c["checksum"]]
 
     def process(self, frame):
         """The frame that leaves for ``frame`` (bytes)."""
-        meta = parse(bytes(frame), self.tag)
+        meta = parse(bytes(frame), self.tag, early=self.cut_through, fcs=self.fcs)
         self.tag = (self.tag + 1) & 0xFFFF
         result = self.themis.process({"kind": meta["kind"], "psn": meta["psn"], "flow_hash": meta["flow_hash"],
                                       "udp_sport": meta["udp_sport"], "tag": meta["tag"]})
+        wanted = bool(meta["roce"] and result["sprayed"] and result["udp_sport_xor"])
+        declined = (self.cut_through or self.fcs) and wanted and meta["udp_csum"] != 0
+        self.counters["checksum"] += declined
         action = {
-            "tag": meta["tag"], "drop": 0,
-            "rewrite": int(bool(meta["roce"] and result["sprayed"] and result["udp_sport_xor"])),
+            "tag": meta["tag"], "drop": 0, "rewrite": int(wanted and not declined),
             "l4_off": meta["l4_off"], "icrc_off": meta["icrc_off"], "sport_xor": result["udp_sport_xor"],
         }
+        self.last_bad = False
+        if self.cut_through or self.fcs:
+            depth = None if self.cut_through else self.depth
+            result = deparse_cut_through(bytes(frame), action, fcs=self.fcs, depth=depth)
+            if result is None:
+                self.counters["cut"] += 1
+                return None
+            out, self.last_bad = result
+            if action["rewrite"] and not rewrite_applies_cut_through(action["l4_off"], action["icrc_off"]):
+                self.counters["refused"] += 1
+            self.counters["bad"] += self.last_bad
+            return out
+        if len(frame) > 64 * self.depth:
+            self.counters["cut"] += 1
+        elif action["rewrite"] and not rewrite_applies(len(frame), action["l4_off"], action["icrc_off"]):
+            self.counters["refused"] += 1
         return deparse(bytes(frame), action, depth=self.depth)
 
 
@@ -75,7 +102,8 @@ class ThemisDWireModel:
             self.themis.control(dict(cmd, table=table - TABLE_THEMIS_D_BASE))
 
     def stats(self):
-        return self.classifier.stats() + self.themis.stats() + self.comp.stats()
+        themis = self.themis.stats()
+        return self.classifier.stats() + themis[:8] + self.comp.stats() + themis[8:]
 
     def decide(self, frame):
         """Themis-D's result for ``frame`` (advancing the state as :meth:`process` does)."""

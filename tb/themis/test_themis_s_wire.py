@@ -3,13 +3,14 @@
 The DUT is :class:`lbpipe.boards.top.FlatTop` around :class:`lbpipe.hdl.themis.wire.ThemisSWire`: ``s_axis_*`` and
 ``m_axis_*`` (cocotbext-axi AxiStreamSource/Sink) and ``s_axil_*`` (AxiLiteMaster, the PathMap). Frames come from
 ``tb/lib/packets.py``'s scapy builders; each output frame must equal the golden model's, bit for bit, and every RoCEv2
-output frame must carry a correct ICRC.
+output frame must carry a correct ICRC. ``LBPIPE_WIRE_CT`` (default 1) says whether the DUT is cut-through, so the
+golden model is built to match.
 """
 
 import os
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 
 from lbpipe.sim.themis.wire import ThemisSWireModel
 from lbpipe.tb.lib.packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, roce_ack, roce_cnp, roce_data, roce_nak, sized_data
@@ -67,11 +68,15 @@ class TB(AxisBench):
         super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True)
 
 
+def _cut_through():
+    return os.environ.get("LBPIPE_WIRE_CT", "1") == "1"
+
+
 async def _run(dut, *, stalls, seed, count, sizes=None, measure=False):
     n_paths = int(os.environ.get("LBPIPE_WIRE_PATHS", "8"))
     tb = TB(dut, stalls=stalls, seed=seed)
     await tb.reset()
-    model = ThemisSWireModel(n_paths=n_paths)
+    model = ThemisSWireModel(n_paths=n_paths, cut_through=_cut_through())
     for p in range(n_paths):
         value = tb.rng.randrange(1 << 16)
         await tb.control({"table": 0, "index": p, "data": value})
@@ -119,7 +124,7 @@ async def reset_mid_traffic(dut):
     n_paths = int(os.environ.get("LBPIPE_WIRE_PATHS", "8"))
     tb = TB(dut, stalls=False, seed=5)
     await tb.reset()
-    model = ThemisSWireModel(n_paths=n_paths)
+    model = ThemisSWireModel(n_paths=n_paths, cut_through=_cut_through())
     for p in range(n_paths):
         value = tb.rng.randrange(1 << 16)
         await tb.control({"table": 0, "index": p, "data": value})
@@ -140,18 +145,192 @@ async def reset_mid_traffic(dut):
     assert not errors, "\n".join(errors[:10])
 
 
+class FirstBeats:
+    """Records the cycle of every frame's first beat accepted on ``s_axis`` and handed on at ``m_axis``."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.ins, self.outs, self.accepted = [], [], []
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        dut = self.dut
+        cycle, first_in, first_out = 0, True, True
+        while True:
+            await RisingEdge(dut.clk)
+            cycle += 1
+            if int(dut.rst.value):
+                first_in = first_out = True
+                continue
+            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
+                self.accepted.append(cycle)
+                if first_in:
+                    self.ins.append(cycle)
+                first_in = bool(int(dut.s_axis_tlast.value))
+            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
+                if first_out:
+                    self.outs.append(cycle)
+                first_out = bool(int(dut.m_axis_tlast.value))
+
+
+async def _program(tb, model, n_paths, rng):
+    for p in range(n_paths):
+        cmd = {"table": 0, "index": p, "data": rng.randrange(1 << 16)}
+        await tb.control(cmd)
+        model.control(cmd)
+
+
 @cocotb.test()
 async def bench(dut):
-    """``lbpipe bench themis-s-wire``: RoCEv2 data of one QP, sprayed, back to back, per frame size."""
+    """``lbpipe bench themis-s-wire``: for each size of ``LBPIPE_BENCH_SIZES``, 48 RoCEv2 data frames of one QP,
+    sprayed, back to back, every frame out checked against the golden model; beats accepted per clock, and the
+    cycles from each frame's first beat in to its first beat out (after a frame alone on the idle pipeline, then
+    across the back-to-back run). Results to ``LBPIPE_BENCH_OUT``."""
     import json
     import random
     params = json.loads(os.environ["LBPIPE_PARAMS"])
     tb = TB(dut, stalls=False, seed=1)
     await tb.reset()
     model = ThemisSWireModel(**params)
-    rng = random.Random(1)
-    for p in range(params["n_paths"]):
-        cmd = {"table": 0, "index": p, "data": rng.randrange(1 << 16)}
-        await tb.control(cmd)
-        model.control(cmd)
-    await tb.size_bench(model, lambda size, k: sized_data(size, "10.0.0.1", "10.0.0.2", 0xC000, 0x123, k))
+    await _program(tb, model, params["n_paths"], random.Random(1))
+    beats_seen = FirstBeats(dut)
+    results = []
+    psn = 0
+    for size in json.loads(os.environ["LBPIPE_BENCH_SIZES"]):
+        def make():
+            nonlocal psn
+            psn += 1
+            frame = sized_data(size, "10.0.0.1", "10.0.0.2", 0xC000, 0x123, psn)
+            assert len(frame) == size
+            return frame
+        # One frame alone on an idle pipeline: its first-beat latency unloaded.
+        first = len(beats_seen.ins)
+        frame = make()
+        tb.send(frame)
+        got = bytes((await tb.sink.recv()).tdata)
+        assert got == model.process(frame), f"{size}-byte frame alone differs from the golden model"
+        alone = beats_seen.outs[first] - beats_seen.ins[first]
+        await ClockCycles(dut.clk, 20)
+        # Then 48 back to back.
+        count = 48
+        first, first_beat = len(beats_seen.ins), len(beats_seen.accepted)
+        frames = [make() for _ in range(count)]
+        expected = [model.process(f) for f in frames]
+        for f in frames:
+            tb.send(f)
+        for i, want in enumerate(expected):
+            got = bytes((await tb.sink.recv()).tdata)
+            assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
+        accepted = beats_seen.accepted[first_beat:]
+        spans = [o - i for i, o in zip(beats_seen.ins[first:], beats_seen.outs[first:])]
+        beats = count * -(-size // 64)
+        results.append({"size": size, "frames": count, "beats": beats, "cycles": accepted[-1] - accepted[0] + 1,
+                        "beats_per_clock": beats / (accepted[-1] - accepted[0] + 1),
+                        "first_beat_latency": alone, "first_beat_latency_max": max(spans)})
+        await ClockCycles(dut.clk, 20)
+    with open(os.environ["LBPIPE_BENCH_OUT"], "w") as f:
+        json.dump(results, f)
+
+
+@cocotb.test()
+async def contradicting_frames(dut):
+    """Frames whose real end contradicts their headers, worked by hand (cut-through; store-and-forward in brackets):
+    (1) a whole RoCEv2 WRITE of 1,000 payload bytes: sprayed; (2) the same cut to 600 bytes: cut-through predicts it
+    whole, rewrites its port and sends it bad, ``tuser`` bit 0 on its last beat (store-and-forward: OTHER,
+    unchanged); (3) the whole frame with 4 bytes after it (a kept FCS): sprayed, the 4 bytes untouched (the same);
+    (4) a non-zero UDP checksum: left unchanged (store-and-forward: sprayed, checksum updated). Counters: sprayed 4
+    (3), passed 0 (1: the cut frame is OTHER), bad 1 (0), checksum declines 1 (0)."""
+    import random
+    from lbpipe.tb.lib.packets import icrc
+    cut_through = _cut_through()
+    tb = TB(dut, stalls=False, seed=7)
+    await tb.reset()
+    n_paths = int(os.environ.get("LBPIPE_WIRE_PATHS", "8"))
+    deltas = [0x1111 * (p + 1) & 0xFFFF for p in range(n_paths)]
+    for p, d in enumerate(deltas):
+        await tb.control({"table": 0, "index": p, "data": d})
+    psns = [3, 4, 5, 6]
+    whole = [bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x123, psn, payload_len=1000)) for psn in psns]
+    summed = bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x123, psns[3], payload_len=1000, udp_chksum=0x4321))
+    frames = [whole[0], whole[1][:600], whole[2] + b"\x11\x22\x33\x44", summed]
+    for frame in frames:
+        tb.send(frame)
+    errors = []
+    outs = []
+    for i in range(4):
+        got = await tb.sink.recv(compact=False)
+        outs.append((bytes(got.tdata)[:sum(got.tkeep)], list(got.tuser)))    # tuser per byte, last beat's last
+    port = [int.from_bytes(o[34:36], "big") for o, _ in outs]
+    sprayed = [0xC000 ^ deltas[psn % n_paths] for psn in psns]
+    if port[0] != sprayed[0] or outs[0][0][-4:] != icrc(outs[0][0]):
+        errors.append(f"frame 1: port {port[0]:#x} (expected {sprayed[0]:#x}), ICRC {outs[0][0][-4:].hex()} "
+                      f"(the frame's {icrc(outs[0][0]).hex()}), {len(outs[0][0])} bytes")
+    bad_last = [bool(u[-1] & 1) for _, u in outs]
+    if cut_through:
+        if port[1] != sprayed[1] or outs[1][0][36:] != frames[1][36:] or not bad_last[1]:
+            errors.append(f"frame 2: port {port[1]:#x}, rest unchanged {outs[1][0][36:] == frames[1][36:]}, "
+                          f"bad {bad_last[1]}")
+        if outs[3][0] != summed:
+            errors.append("frame 4 (checksum) changed")
+    else:
+        if outs[1][0] != frames[1] or bad_last[1]:
+            errors.append("frame 2 (cut) changed or bad in store-and-forward")
+        if port[3] != sprayed[3]:
+            errors.append("frame 4 (checksum) not sprayed in store-and-forward")
+    out2 = outs[2][0]
+    if port[2] != sprayed[2] or out2[-4:] != b"\x11\x22\x33\x44" or out2[-8:-4] != icrc(out2[:-4]):
+        errors.append("frame 3 (trailer) not sprayed with a good ICRC and its trailer untouched")
+    if any(bad_last[k] for k in (0, 2, 3)):
+        errors.append(f"bad frames {bad_last}")
+    counters = [await tb.axil.read_dword(0x40 + 4 * i) for i in range(6)]
+    want = [4, 0, 0, 0, 1, 1] if cut_through else [3, 1, 0, 0, 0, 0]
+    if counters != want:
+        errors.append(f"counters (sprayed, passed, cut, refused, bad, checksum) {counters}, expected {want}")
+    assert not errors, "\n".join(errors)
+
+
+@cocotb.test()
+async def fcs_frames(dut):
+    """``fcs=True`` (``LBPIPE_WIRE_FCS=1``): frames carry an FCS computed by zlib. A RoCEv2 data frame of each of 4
+    sizes (one of them padded to the 60-byte minimum before its FCS) leaves sprayed with a correct ICRC and a
+    still-correct FCS (zlib again, on the frame out); one with a non-zero UDP checksum leaves unchanged; a 4-byte
+    cut of the FCS makes a rewritten frame bad in cut-through. Counters by hand."""
+    import struct
+    import zlib
+    from lbpipe.tb.lib.packets import icrc
+    cut_through = _cut_through()
+    tb = TB(dut, stalls=False, seed=8)
+    await tb.reset()
+    n_paths = int(os.environ.get("LBPIPE_WIRE_PATHS", "8"))
+    deltas = [0x0101 * (p + 3) & 0xFFFF for p in range(n_paths)]
+    for p, d in enumerate(deltas):
+        await tb.control({"table": 0, "index": p, "data": d})
+
+    def with_fcs(body):
+        body = body + bytes(max(0, 60 - len(body)))
+        return body + struct.pack("<I", zlib.crc32(body))
+    sizes = [0, 4, 200, 3000]
+    bodies = [bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x55, psn, opcode=RC_SEND_ONLY, payload_len=size))
+              for psn, size in enumerate(sizes)]
+    summed = bytes(roce_data("10.0.0.1", "10.0.0.2", 0xC000, 0x55, 4, payload_len=100, udp_chksum=0x1234))
+    frames = [with_fcs(b) for b in bodies] + [with_fcs(summed)]
+    for frame in frames:
+        tb.send(frame)
+    errors = []
+    for k, frame in enumerate(frames):
+        got = await tb.sink.recv(compact=False)
+        out = bytes(got.tdata)[:sum(got.tkeep)]
+        if len(out) != len(frame) or out[-4:] != struct.pack("<I", zlib.crc32(out[:-4])):
+            errors.append(f"frame {k}: FCS no longer correct")
+        if k < len(bodies):
+            n = len(bodies[k])
+            port = int.from_bytes(out[34:36], "big")
+            if port != 0xC000 ^ deltas[k % n_paths] or out[n - 4:n] != icrc(out[:n]):
+                errors.append(f"frame {k} ({len(frame)} bytes): port {port:#x}, ICRC {out[n - 4:n].hex()}")
+        elif out != frame:
+            errors.append("the frame with a non-zero UDP checksum was changed")
+    counters = [await tb.axil.read_dword(0x40 + 4 * i) for i in range(6)]
+    want = [5, 0, 0, 0, 0, 1]
+    if counters != want:
+        errors.append(f"counters (sprayed, passed, cut, refused, bad, checksum) {counters}, expected {want}")
+    assert not errors, "\n".join(errors)
