@@ -328,7 +328,8 @@ def _run(testcase, *, depth=64, user_width=1, env=None):
                extra_env={"LAPS_DEPTH": str(depth), **(env or {})})
 
 
-@pytest.mark.parametrize("testcase", ["random_traffic", "random_traffic_pauses", "line_rate", "reset_mid_traffic"])
+@pytest.mark.parametrize("testcase", ["random_traffic", "random_traffic_pauses", "line_rate", "reset_mid_traffic",
+                                      "first_beat_latency"])
 def test_laps_editor_cocotb(testcase):
     _run(testcase)
 

@@ -45,18 +45,25 @@ result would be too long).
 counted as frames come in (with the cut mark of a frame longer than the beat FIFO). The edit is decided at a frame's
 first beat and needs its length, so a frame leaves only once its last beat is in (store-and-forward; a longer frame
 is cut, above). Then a pipeline: a pairing register sends each beat with the next beat of its frame (so the first
-two beats, the edit window, are seen together); E1 decides and reads the fields (IP words at three possible offsets,
-the UDP header and 28 bytes at ``h`` by 16-bit word shifts); E2 builds the new header, lengths, port and the
-checksum terms; E2b adds the terms; E3 folds the sums; E4 writes the window (frame bytes 0 to 127); on the way out
-of E4, INSERT's header is merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7)
-four-byte lanes, from the previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), and
-makes ``tkeep``/``tlast`` from the bytes left. Each stage loads when it is empty or its contents move on, so bubbles
-do not wait behind a stopped ``m_axis``.
+two beats, the edit window, are seen together) and precomputes from the FIFO heads what the decision needs (``h``,
+``K``, ``h + K``, the length plus and minus ``K``, the checks by constant comparison); E1 decides and reads the
+fields (IP words at three possible offsets, the UDP header and 28 bytes at ``h`` by 16-bit word shifts); E2 builds
+the new header, lengths, port and the checksum terms; E2b and E2c reduce the sums' operands by carry-save adders
+modulo 0xFFFF (the carry out of bit 15 goes round to bit 0) and E2b shifts the new header to ``h``; E3 adds the
+last two operands with an end-around carry and registers, per 16-bit word, what E4 writes there; E4 writes the
+window (frame bytes 0 to 127) and registers the merge's byte masks; on the way out of E4, INSERT's header is
+merged in; the output stage shifts the rest of the frame by ``K`` bytes: ``K/4`` (3 to 7) four-byte lanes, from the
+previous beat (INSERT: a carry register) or the next one (REMOVE: the paired beat), makes ``tkeep``/``tlast`` from
+the bytes left, and writes the beat into the output FIFO (``OUT_DEPTH`` beats), which drives ``m_axis``. Every
+stage from E1 on loads on one register, ``go``: set while the output FIFO has room for every beat the pipeline may
+still write, clear for the one cycle INSERT's extra beat is written. No path runs from ``m_axis.tready`` into the
+pipeline's enables, and each path is within 6 logic levels (the datasheet's figures).
 
 **Throughput.** One beat per clock for PASS, UPDATE, refused and dropped frames (frames queued), and for frames
 longer than the buffer (their first ``depth`` beats leave the FIFO as a dropped frame's, the rest is discarded as
 it comes). An INSERT that makes the frame a beat longer costs one extra output cycle, during which the input waits; a
-REMOVE that makes it a beat shorter leaves one idle output cycle. Each output beat carries the ``tuser`` of the
+REMOVE that makes it a beat shorter leaves one idle cycle at the output FIFO's input (on ``m_axis`` only when the
+FIFO has run empty). Each output beat carries the ``tuser`` of the
 input beat it is made with (the extra INSERT beat: the last one's); lanes outside ``tkeep`` are not defined.
 
 Counters (``stats``, 32 bits each, wrapping; cleared by reset), one per frame, counted as its first beat leaves
@@ -81,6 +88,8 @@ __all__ = ["LapsEditor", "LapsEdit", "N_COUNTERS", "OP_PASS", "OP_UPDATE", "OP_I
 _BEAT = 64
 #: Bytes at the frame start an edit may touch (two beats): the bytes read and written, and the header removed.
 WINDOW = 2 * _BEAT
+#: Beats of the output FIFO between the output stage and ``m_axis`` (room for the beats in flight when it stops).
+OUT_DEPTH = 16
 #: Counters in ``stats``.
 N_COUNTERS = 7
 OP_PASS, OP_UPDATE, OP_INSERT, OP_REMOVE = range(4)
@@ -154,10 +163,36 @@ def _sig(m, value, name):
     return sig
 
 
-def _fold(value):
-    """Ones' complement sum of the 16-bit pieces of ``value`` (at most 32 bits), 0 only if ``value`` is 0."""
-    once = value[:16] + value[16:]
-    return (once[:16] + once[16:])[:16]
+#: The LAPS header lengths ``K`` (0 to 4 anchors).
+_KS = (12, 16, 20, 24, 28)
+
+
+def _csa_reduce(m, operands, n_out, name):
+    """Reduce 16-bit ``operands`` to ``n_out`` whose sum is congruent to theirs modulo 0xFFFF, by 3:2 carry-save
+    adders whose carry out of bit 15 goes round to bit 0 (2**16 is 1 modulo 0xFFFF). One LUT level per round;
+    the outputs are all 0 only if the operands are all 0 (a sum bit and a carry bit are both 0 only when all
+    three inputs are), so a zero sum stays distinguishable from 0xFFFF."""
+    ops = list(operands)
+    level = 0
+    while len(ops) > n_out:
+        nxt = []
+        while len(ops) >= 3 and len(nxt) + len(ops) > n_out:
+            a, b, c = ops.pop(0), ops.pop(0), ops.pop(0)
+            s = _sig(m, a ^ b ^ c, f"{name}_s{level}_{len(nxt)}")
+            maj = (a & b) | (a & c) | (b & c)
+            cy = _sig(m, Cat(maj[15], maj[:15]), f"{name}_c{level}_{len(nxt)}")
+            nxt += [s, cy]
+        ops = nxt + ops
+        level += 1
+    return ops
+
+
+def _ones_add(m, a, b, name):
+    """Ones' complement sum of two 16-bit operands by an end-around carry: ``a + b`` and ``a + b + 1`` side by
+    side, the carry out of the first choosing. 0 only if both are 0 (else 1 to 0xFFFF)."""
+    s0 = _sig(m, a + b, f"{name}_0")
+    s1 = _sig(m, a + b + 1, f"{name}_1")
+    return _sig(m, Mux(s0[16], s1[:16], s0[:16]), name)
 
 
 class LapsEditor(wiring.Component):
@@ -188,8 +223,9 @@ class LapsEditor(wiring.Component):
     """
 
     #: Register stages from the edge that takes a frame's first beat out of the beat FIFO to the one that puts its
-    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, sums, fold, write, merge, output).
-    latency = 8
+    #: first output beat in the ``m_axis`` register (pairing, extraction, terms, two carry-save rounds, checksums,
+    #: write, merge, output stage into the output FIFO, the output FIFO's register).
+    latency = 10
 
     def __init__(self, *, depth=256, user_width=1, laps_port=LAPS_PORT):
         check_parameters(depth=depth, user_width=user_width, laps_port=laps_port)
@@ -217,29 +253,29 @@ class LapsEditor(wiring.Component):
         """The block diagram of the datasheet, one helper per stage; (n) is the register stage, as in ``latency``::
 
             s_axis -> beat FIFO ---+
-            act -> action FIFO ----+-> pairing -> E1 -> E2 -> E2b -> E3 -> E4 -> merge -> output -> m_axis
-            (frame lengths FIFO) --+     (1)      (2)   (3)   (4)    (5)   (6)    (7)       (8)
-                                                                                   |
-                                                                                   +-> counters -> stats
+            act -> action FIFO ----+-> pairing -> E1 -> E2 -> E2b -> E2c -> E3 -> E4 -> merge -> output -+
+            (frame lengths FIFO) --+     (1)      (2)   (3)   (4)    (5)    (6)   (7)    (8)      (9)    |
+                                                                                  |                 |
+                                                    stats <- counters <-----------+    m_axis <- out FIFO (10)
 
-        Each stage loads when it is empty or its contents move on (:meth:`_load_enables`, from the output stage),
-        so a bubble never waits behind a stopped output.
+        Every stage from E1 on loads on ``go``, one register (:meth:`_output`): set while the output FIFO has room
+        for every beat in flight, clear for the cycle INSERT's extra beat is written.
         """
         m = Module()
         beats, acts = self._buffers(m)
         lens = self._input(m, beats)
-        # The stages' load enables, and whether the merge stage's beat leaves: driven by the output stage.
-        en1, en2, ens, en3, en4, enx, x_leaves = (Signal(), Signal(), Signal(), Signal(), Signal(), Signal(),
-                                                  Signal())
-        p = self._pairing(m, beats, acts, lens, en1)
-        e1 = self._e1(m, p, en1)
-        e2 = self._e2(m, e1, en2)
-        sb = self._e2b(m, e2, ens)
-        e3 = self._e3(m, sb, en3)
-        e4 = self._e4(m, e3, en4)
-        x, m1_merged = self._merge(m, e4, enx)
-        is_ins, is_rem = self._output(m, x, m1_merged, x_leaves,
-                                      loads=[(en1, e1), (en2, e2), (ens, sb), (en3, e3), (en4, e4), (enx, x)])
+        # One load enable for every stage from E1 on, ``go``: a register AND a register (see :meth:`_output`).
+        go = Signal(init=1)
+        p = self._pairing(m, beats, acts, lens, go)
+        e1 = self._e1(m, p, go)
+        e2 = self._e2(m, e1, go)
+        sb = self._e2b(m, e2, go)
+        sc = self._e2c(m, sb, go)
+        e3 = self._e3(m, sc, go)
+        e4 = self._e4(m, e3, go)
+        x, m1_merged = self._merge(m, e4, go)
+        is_ins, is_rem = self._output(m, x, m1_merged, go)
+        x_leaves = go
         self._counters(m, x, x_leaves, is_ins, is_rem)
         return m
 
@@ -259,8 +295,8 @@ class LapsEditor(wiring.Component):
         """The edit context E2 to E3 carry along: the op to apply (PASS if refused), ``drop``, ``refused``, ``cut``
         (the frame was longer than the beat FIFO), whether the action was PASS, IPv6, ``h``, ``K``, the new frame
         length, the IP offset (one-hot) and ``l4_off / 2``."""
-        return dict(op=2, drop=1, refused=1, cut=1, is_pass=1, ipv6=1, h=7, k=6, new_len=self._len_bits + 1, l3_sel=3,
-                    l4w=6)
+        return dict(op=2, drop=1, refused=1, cut=1, is_pass=1, ipv6=1, h=7, k=6, hk=8, new_len=self._len_bits + 1,
+                    l3_sel=3, l4w=6)
 
     @staticmethod
     def _stage(name, **fields):
@@ -284,12 +320,16 @@ class LapsEditor(wiring.Component):
         last beat has come in). A frame longer than the beat FIFO would wait forever for room its own beats hold:
         its ``depth``-th beat is written as its last, its length entry is marked ``cut``, and the rest of it is
         taken and discarded. Registers the beats of the frame written so far, whether the rest of a cut frame is
-        being discarded, and the length pending for the FIFO; the FIFO has one entry per frame whose first beat
-        has not left: at most the beat FIFO's ``depth`` frames and the one being counted. Not in the pipeline's
-        latency. Returns the length FIFO."""
+        being discarded, and the length pending for the FIFO (``pend``). The FIFO has one entry per frame whose
+        first beat is still in the beat FIFO, so ``depth`` entries are enough: while ``pend`` waits, its frame's
+        first beat is in the beat FIFO too, so the FIFO holds at most ``depth - 1`` entries and takes it within
+        a cycle (a FIFO of ``depth`` items may refuse for one cycle while its output register refills), and no
+        other frame can end meanwhile unless the beat FIFO has room, which it has not when all its beats are
+        first beats. (A power-of-two depth keeps the FIFO's counters one carry block shorter.) Not in the
+        pipeline's latency. Returns the length FIFO."""
         s = self.s_axis
         m.submodules.lens = lens = StreamFIFO(shape=data.StructLayout({"len": self._len_bits, "cut": 1}),
-                                              depth=self._depth + 1)
+                                              depth=self._depth)
         in_beats = Signal(range(self._depth))   # beats of the frame on s_axis written so far (to depth - 1)
         discarding = Signal()                   # taking the rest of a cut frame
         cut = Signal()                          # this beat is the depth-th of a longer frame
@@ -328,16 +368,21 @@ class LapsEditor(wiring.Component):
         """Pairing (stage 1): each beat leaves with the beat after it in its frame (zero after the last), so E1 sees
         the first two beats, the edit window, together. Registers a beat (``p_data``, ``p_keep``, ``p_last``,
         ``p_user``), its index (``p_idx``) and, at a frame's first beat, the frame's action, length and ``cut``
-        (``p_act``, ``p_len``, ``p_cut``; a cut frame's action becomes a drop); the next beat is read from the beat
-        FIFO's head (``nxt``). Returns the stage's fields."""
-        dbits, uw = 8 * _BEAT, self._user_width
+        (``p_act``, ``p_len``, ``p_cut``; a cut frame's action becomes a drop) with what E1's decision needs of
+        them, computed from the FIFO heads: ``h``, ``K``, ``h + K``, the length plus and minus ``K`` and
+        ``p_static``, the checks that do not involve the length (constant comparisons only); the next beat is read
+        from the beat FIFO's head (``nxt``). Returns the stage's fields."""
+        dbits, uw, len_bits = 8 * _BEAT, self._user_width, self._len_bits
         head = beats.o.payload
         in_first = Signal(init=1)
         p_valid, p_last, p_idx = Signal(), Signal(), Signal(2)
         p_data, p_keep, p_user = Signal(dbits), Signal(_BEAT), Signal(uw)
         p_act = Signal(LapsEdit())
-        p_len = Signal(self._len_bits)
+        p_len = Signal(len_bits)
         p_cut = Signal()
+        p_h, p_k, p_hk = Signal(9, name="p_h"), Signal(6, name="p_k"), Signal(9, name="p_hk")
+        p_lenpk, p_lenmk = Signal(len_bits + 1, name="p_lenpk"), Signal(len_bits + 1, name="p_lenmk")
+        p_static = Signal(name="p_static")
         p_move, take = Signal(), Signal()
         m.d.comb += [
             p_move.eq(p_valid & en1 & (p_last | beats.o.valid)),
@@ -346,56 +391,66 @@ class LapsEditor(wiring.Component):
             acts.o.ready.eq(take & in_first),
             lens.o.ready.eq(take & in_first),
         ]
+        a, ln = acts.o.payload, lens.o.payload.len
+        k8 = Signal(6)          # 8 + K
+        kk = Signal(6)          # K = 12 + 4 * count (12 for a count over 4, refused anyway): bits 2-5 count + 3
+        m.d.comb += [kk.eq(Cat(Const(0, 2), Mux(a.count > 4, 3, a.count[:3] + 3)[:4])),
+                     k8.eq(Cat(Const(0, 2), Mux(a.count > 4, 5, a.count[:3] + 5)[:4]))]
+        # l4_off >= l3_off + 20 and h + K <= 128, each as constant comparisons per l3_off and per count.
+        l4_after = ((a.l3_off == 14) & (a.l4_off >= 34)) | ((a.l3_off == 18) & (a.l4_off >= 38)) | \
+                   ((a.l3_off == 22) & (a.l4_off >= 42))
+        in_window = Cat(*[(a.count == c) & (a.l4_off <= WINDOW - 20 - 4 * c) for c in range(5)]).any()
         with m.If(p_move):
             m.d.sync += p_valid.eq(0)
         with m.If(take):
             m.d.sync += [p_valid.eq(1), p_data.eq(head.data), p_keep.eq(head.keep), p_last.eq(head.last),
                          p_user.eq(head.user), in_first.eq(head.last)]
             with m.If(in_first):
-                m.d.sync += [p_act.eq(acts.o.payload), p_act.drop.eq(acts.o.payload.drop | lens.o.payload.cut),
-                             p_len.eq(lens.o.payload.len), p_cut.eq(lens.o.payload.cut), p_idx.eq(0)]
+                m.d.sync += [p_act.eq(a), p_act.drop.eq(a.drop | lens.o.payload.cut),
+                             p_len.eq(ln), p_cut.eq(lens.o.payload.cut), p_idx.eq(0),
+                             p_h.eq(a.l4_off + 8), p_k.eq(kk), p_hk.eq(a.l4_off + k8),
+                             p_lenpk.eq(ln + kk), p_lenmk.eq(ln - kk),
+                             p_static.eq(~a.l4_off[0] & l4_after & in_window)]
             with m.Elif(p_idx != 2):
                 m.d.sync += p_idx.eq(p_idx + 1)
         p_nxt = Mux(p_last, 0, head.data)
-        return dict(valid=p_valid, move=p_move, data=p_data, nxt=p_nxt, keep=p_keep, last=p_last, user=p_user,
-                    idx=p_idx, act=p_act, len=p_len, cut=p_cut)
+        return dict(valid=p_valid, move=p_move, data=p_data, nxt=p_nxt, head=head.data, keep=p_keep, last=p_last,
+                    user=p_user, idx=p_idx, act=p_act, len=p_len, cut=p_cut, h=p_h, k=p_k, hk=p_hk, lenpk=p_lenpk,
+                    lenmk=p_lenmk, static=p_static)
 
     def _e1(self, m, p, en1):
         """E1 (stage 2): the decision and the fields the edit reads. Registers the beat pair, the op to apply (PASS
-        if the edit is refused or the frame dropped), ``drop``, ``refused``, ``cut``, ``h``, ``K``, the new frame
-        length, the IP offset (one-hot ``l3_sel``), the IP words (total length, payload length, header checksum, at
-        three possible offsets), the UDP header's port, length and checksum, and the 28 bytes at ``h`` (16-bit word
-        shifts of the window)."""
+        if the edit is refused or the frame dropped), ``drop``, ``refused``, ``cut``, ``h``, ``K``, ``h + K``, the
+        new frame length, the IP offset (one-hot ``l3_sel``), the IP words (total length, payload length, header
+        checksum, at three possible offsets), the UDP header's port, length and checksum, and the 28 bytes at
+        ``h`` (16-bit word shifts of the window by ``l4_off / 2``). The fields are read from the next beat as the
+        FIFO offers it, not zeroed after a frame's last beat: an edit applies only when every byte it reads is
+        inside the frame."""
         depth, len_bits = self._depth, self._len_bits
         p_len = p["len"]
         a = p["act"]
-        h = Signal(9)
-        k = Signal(6)
         applies = Signal()
-        m.d.comb += [h.eq(a.l4_off + 8), k.eq(12 + 4 * a.count)]
-        l3_ok = (a.l3_off == 14) | (a.l3_off == 18) | (a.l3_off == 22)
-        fits = Mux(a.op == OP_INSERT, (h <= p_len) & (p_len + k <= depth * _BEAT), h + k <= p_len)
-        m.d.comb += applies.eq((a.op != OP_PASS) & ~a.l4_off[0] & l3_ok & (a.l4_off >= a.l3_off + 20) &
-                               (a.count <= 4) & (h + k <= WINDOW) & fits)
-        win = _sig(m, Cat(p["data"], p["nxt"], Const(0, 256)), "win")
+        fits = Mux(a.op == OP_INSERT, (p["h"] <= p_len) & (p["lenpk"] <= depth * _BEAT), p["hk"] <= p_len)
+        m.d.comb += applies.eq((a.op != OP_PASS) & p["static"] & fits)
+        win = _sig(m, Cat(p["data"], p["head"], Const(0, 512)), "win")
         l4w = a.l4_off[1:7]
         udp = _sig(m, win.bit_select(l4w * 16, 64), "udp")
-        hdr_old = _sig(m, win.bit_select(h[1:7] * 16, 224), "hdr_old")
+        hdr_old = _sig(m, win[64:].bit_select(l4w * 16, 224), "hdr_old")
         l3_fields = [Cat(_be(win, l3 + 2, 2), _be(win, l3 + 4, 2), _be(win, l3 + 10, 2)) for l3 in L3_OFFSETS]
         l3_sel = Cat(a.l3_off == 14, a.l3_off == 18, a.l3_off == 22)
         l3_words = _sig(m, Mux(l3_sel[0], l3_fields[0], Mux(l3_sel[1], l3_fields[1], l3_fields[2])), "l3_words")
 
         e1 = self._stage("e1", **self._beat_fields(), act=LapsEdit(), op=2, drop=1, refused=1, cut=1, h=7, k=6,
-                         new_len=len_bits + 1, l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16, ucsum=16,
-                         hdr=224)
+                         hk=8, new_len=len_bits + 1, l3_sel=3, tot=16, plen=16, ipc=16, dport=16, ulen=16,
+                         ucsum=16, hdr=224)
         with m.If(en1):
             m.d.sync += [
                 e1["valid"].eq(p["move"]), e1["cur"].eq(p["data"]), e1["nxt"].eq(p["nxt"]), e1["keep"].eq(p["keep"]),
                 e1["last"].eq(p["last"]), e1["user"].eq(p["user"]), e1["idx"].eq(p["idx"]), e1["act"].eq(a),
                 e1["op"].eq(Mux(applies & ~a.drop, a.op, OP_PASS)), e1["drop"].eq(a.drop),
                 e1["refused"].eq(~a.drop & (a.op != OP_PASS) & ~applies), e1["cut"].eq(p["cut"]),
-                e1["h"].eq(h), e1["k"].eq(k),
-                e1["new_len"].eq(Mux(a.op == OP_INSERT, p_len + k, Mux(a.op == OP_REMOVE, p_len - k, p_len))),
+                e1["h"].eq(p["h"]), e1["k"].eq(p["k"]), e1["hk"].eq(p["hk"]),
+                e1["new_len"].eq(Mux(a.op == OP_INSERT, p["lenpk"], Mux(a.op == OP_REMOVE, p["lenmk"], p_len))),
                 e1["l3_sel"].eq(l3_sel), e1["tot"].eq(l3_words[0:16]), e1["plen"].eq(l3_words[16:32]),
                 e1["ipc"].eq(l3_words[32:48]), e1["dport"].eq(_be(udp, 2, 2)), e1["ulen"].eq(_be(udp, 4, 2)),
                 e1["ucsum"].eq(_be(udp, 6, 2)), e1["hdr"].eq(hdr_old),
@@ -403,11 +458,10 @@ class LapsEditor(wiring.Component):
         return e1
 
     def _e2(self, m, e1, en2):
-        """E2 (stage 3): the new header, lengths and port, and the checksum terms. Registers the new header shifted
-        to ``h`` in the 128-byte window (``hdr``: INSERT's header, UPDATE's changed bytes), the new UDP port and
-        length, the new IP lengths, the old UDP checksum, the 14 terms of the header words (added, subtracted or
-        both for UPDATE's five changed words) and the inverted old values the checksums drop; the beat and the edit
-        context pass on."""
+        """E2 (stage 3): the new header, lengths and port, and the checksum terms. Registers the new header
+        (``hdr``: INSERT's header, UPDATE's changed bytes), the new UDP port and length, the new IP lengths, whether
+        the old UDP checksum is 0, the 14 terms of the header words (added, subtracted or both for UPDATE's five
+        changed words) and the inverted old values the checksums drop; the beat and the edit context pass on."""
         a1 = e1["act"]
         op1 = e1["op"]
         b0 = Cat(Mux(op1 == OP_UPDATE, _byte(e1["hdr"], 0)[:6], a1.count), a1.ack, a1.probe)
@@ -423,121 +477,159 @@ class LapsEditor(wiring.Component):
         for i in range(14):
             old_w, new_w = _be(e1["hdr"], 2 * i, 2), _be(hdr_new, 2 * i, 2)
             inside = 2 * i < e1["k"]
-            if i < 5:
-                upd = (~old_w)[:16] + new_w
-            else:
-                upd = Const(0, 17)
+            # UPDATE's five changed words count twice: the old one out (here) and the new one in (``u{i}``).
+            upd = (~old_w)[:16] if i < 5 else Const(0, 16)
             term = Mux(op1 == OP_UPDATE, upd, Mux(inside, Mux(op1 == OP_INSERT, new_w, (~old_w)[:16]), 0))
             terms.append(_sig(m, term, f"term{i}"))
+        upd_new = [_sig(m, Mux(op1 == OP_UPDATE, _be(hdr_new, 2 * i, 2), 0), f"term_u{i}") for i in range(5)]
         inv = lambda v: (~v)[:16]
         new_tot = (e1["tot"] + delta)[:16]
-        shifted = _sig(m, (hdr_new << (e1["h"][1:7] * 16))[:WINDOW * 8], "shifted")
 
         elem = self._beat_fields()
-        e2 = self._stage("e2", **elem, **self._edit_fields(), hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16,
-                         tot=16, **{f"t{i}": 17 for i in range(14)}, inv_uc=16, inv_dp=16, inv_ul=16, inv_ipc=16,
-                         inv_tot=16)
+        e2 = self._stage("e2", **elem, **self._edit_fields(), hdr=224, dport=16, ulen=16, uc0=1, plen=16,
+                         tot=16, **{f"t{i}": 16 for i in range(14)}, **{f"u{i}": 16 for i in range(5)}, inv_uc=16,
+                         inv_dp=16, inv_ul=16, inv_ipc=16, inv_tot=16)
         with m.If(en2):
-            m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "cut", "h", "k", "new_len",
+            m.d.sync += [e2[n].eq(e1[n]) for n in (*elem, "op", "drop", "refused", "cut", "h", "k", "hk", "new_len",
                                                    "l3_sel")]
             m.d.sync += [
                 e2["is_pass"].eq(a1.op == OP_PASS), e2["ipv6"].eq(a1.ipv6), e2["l4w"].eq(a1.l4_off[1:7]),
-                e2["hdr"].eq(shifted), e2["dport"].eq(new_dport), e2["ulen"].eq(new_ulen),
-                e2["ucsum"].eq(e1["ucsum"]), e2["plen"].eq(e1["plen"] + delta), e2["tot"].eq(new_tot),
+                e2["hdr"].eq(hdr_new), e2["dport"].eq(new_dport), e2["ulen"].eq(new_ulen),
+                e2["uc0"].eq(e1["ucsum"] == 0), e2["plen"].eq(e1["plen"] + delta), e2["tot"].eq(new_tot),
                 e2["inv_uc"].eq(inv(e1["ucsum"])), e2["inv_dp"].eq(inv(e1["dport"])), e2["inv_ul"].eq(inv(e1["ulen"])),
                 e2["inv_ipc"].eq(inv(e1["ipc"])), e2["inv_tot"].eq(inv(e1["tot"])),
             ]
             m.d.sync += [e2[f"t{i}"].eq(t) for i, t in enumerate(terms)]
+            m.d.sync += [e2[f"u{i}"].eq(t) for i, t in enumerate(upd_new)]
         return e2
 
     def _e2b(self, m, e2, ens):
-        """E2b (stage 4): the checksum sums, ones' complement sums as plain sums (folded in E3). Registers the UDP
-        sum (terms, old checksum, port and length out, port and length, the length twice) and the IPv4 header sum
-        (old checksum and total length out, total length in); the beat, the edit context and the new values pass
-        on."""
-        passed = (*self._beat_fields(), *self._edit_fields(), "hdr", "dport", "ulen", "ucsum", "plen", "tot")
-        sb = self._stage("sb", **{n: len(e2[n]) for n in passed}, udp_sum=24, ip_sum=18)
+        """E2b (stage 4): the checksum sums, reduced. The ones' complement sums are kept modulo 0xFFFF as 16-bit
+        carry-save operands (:func:`_csa_reduce`, the carry out of bit 15 going round to bit 0). Registers the UDP
+        sum's 26 operands (header terms, UPDATE's new words, old checksum, port and length out, port and length
+        in, the lengths twice) reduced to 6, the IPv4 header sum's three (old checksum and total length out, total
+        length in) reduced to 2, and INSERT's and UPDATE's header shifted to ``h`` in the 128-byte window
+        (``hdr``); the beat, the edit context and the new values pass on."""
+        passed = (*self._beat_fields(), *self._edit_fields(), "dport", "ulen", "uc0", "plen", "tot")
+        sb = self._stage("sb", **{n: len(e2[n]) for n in passed}, hdr=WINDOW * 8,
+                         **{f"u{i}": 16 for i in range(6)}, **{f"i{i}": 16 for i in range(2)})
+        udp = [e2[f"t{i}"] for i in range(14)] + [e2[f"u{i}"] for i in range(5)] + [
+            e2["inv_uc"], e2["inv_dp"], e2["inv_ul"], e2["inv_ul"], e2["dport"], e2["ulen"], e2["ulen"]]
+        udp = _csa_reduce(m, udp, 6, "usum")
+        ip = _csa_reduce(m, [e2["inv_ipc"], e2["inv_tot"], e2["tot"]], 2, "isum")
+        shifted = _sig(m, (e2["hdr"] << (e2["h"][1:7] * 16))[:WINDOW * 8], "shifted")
         with m.If(ens):
             m.d.sync += [sb[n].eq(e2[n]) for n in passed]
-            m.d.sync += [
-                sb["udp_sum"].eq(sum(e2[f"t{i}"] for i in range(14)) + e2["inv_uc"] + e2["inv_dp"] +
-                                 2 * e2["inv_ul"] + e2["dport"] + 2 * e2["ulen"]),
-                sb["ip_sum"].eq(e2["inv_ipc"] + e2["inv_tot"] + e2["tot"]),
-            ]
+            m.d.sync += [sb[f"u{i}"].eq(v) for i, v in enumerate(udp)]
+            m.d.sync += [sb[f"i{i}"].eq(v) for i, v in enumerate(ip)]
+            m.d.sync += sb["hdr"].eq(shifted)
         return sb
 
-    def _e3(self, m, sb, en3):
-        """E3 (stage 5): the checksums. Registers the folded and inverted sums: the UDP checksum (IPv4: 0; IPv6: a
-        computed 0 as 0xFFFF, a zero checksum kept 0) and the IPv4 header checksum; the beat, the edit context and
-        the new values pass on."""
+    def _e2c(self, m, sb, ens):
+        """E2c (stage 5): the UDP sum's six carry-save operands reduced to two; everything else passes on."""
+        passed = (*self._beat_fields(), *self._edit_fields(), "dport", "ulen", "uc0", "plen", "tot", "hdr", "i0",
+                  "i1")
+        sc = self._stage("sc", **{n: len(sb[n]) for n in passed}, u0=16, u1=16)
+        udp = _csa_reduce(m, [sb[f"u{i}"] for i in range(6)], 2, "usum2")
+        with m.If(ens):
+            m.d.sync += [sc[n].eq(sb[n]) for n in passed]
+            m.d.sync += [sc["u0"].eq(udp[0]), sc["u1"].eq(udp[1])]
+        return sc
+
+    def _e3(self, m, sc, en3):
+        """E3 (stage 6): the checksums and the write selects. Registers the UDP sum (``usum``, 16 bits, 0 only for
+        a zero sum: a ones' complement end-around addition of the two operands) and the IPv4 header checksum
+        (the inverted sum); whether the UDP checksum is written 0 (``uc_zero``: IPv4, or a zero IPv6 checksum);
+        and, per 16-bit word of the window, whether E4 writes there the UDP port, length or checksum, UPDATE's
+        header bytes (``s_dp``, ``s_ul``, ``s_uc``, ``s_fx``), and at the IP offset the total length, header
+        checksum or payload length (``s_tot``, ``s_ipc``, ``s_plen``): constant comparisons, gated by the edit
+        and by the frame's first beat pair; the beat, the edit context and the new values pass on."""
         elem, ctx = self._beat_fields(), self._edit_fields()
-        udp_new = (~_fold(sb["udp_sum"]))[:16]
-        e3 = self._stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, ucsum=16, plen=16, tot=16, ipc=16)
+        nw = WINDOW // 2
+        e3 = self._stage("e3", **elem, **ctx, hdr=WINDOW * 8, dport=16, ulen=16, usum=16, uc_zero=1, plen=16,
+                         tot=16, ipc=16, s_dp=nw, s_ul=nw, s_uc=nw, s_fx=nw, s_tot=3, s_ipc=3, s_plen=3)
+        edit = _sig(m, (sc["op"] != OP_PASS) & ~sc["drop"] & (sc["idx"] == 0), "e3_edit")
+        l4w, hb = sc["l4w"], sc["h"][1:7]
+        upd = sc["op"] == OP_UPDATE
+        v4 = ~sc["ipv6"] & ~upd
         with m.If(en3):
-            m.d.sync += [e3[n].eq(sb[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
+            m.d.sync += [e3[n].eq(sc[n]) for n in (*elem, *ctx, "hdr", "dport", "ulen", "plen", "tot")]
             m.d.sync += [
-                e3["ucsum"].eq(Mux(~sb["ipv6"] | (sb["ucsum"] == 0), 0, Mux(udp_new == 0, 0xFFFF, udp_new))),
-                e3["ipc"].eq((~_fold(sb["ip_sum"]))[:16]),
+                e3["usum"].eq(_ones_add(m, sc["u0"], sc["u1"], "usum_add")),
+                e3["ipc"].eq(~_ones_add(m, sc["i0"], sc["i1"], "isum_add")),
+                e3["uc_zero"].eq(~sc["ipv6"] | sc["uc0"]),
+                e3["s_dp"].eq(Cat(*[edit & (l4w == wi - 1) for wi in range(nw)])),
+                e3["s_ul"].eq(Cat(*[edit & (l4w == wi - 2) for wi in range(nw)])),
+                e3["s_uc"].eq(Cat(*[edit & (l4w == wi - 3) for wi in range(nw)])),
+                e3["s_fx"].eq(Cat(*[edit & upd & (hb <= wi) & (hb >= wi - 4) for wi in range(nw)])),
+                e3["s_tot"].eq(Cat(*[edit & v4 & sc["l3_sel"][n] for n in range(3)])),
+                e3["s_ipc"].eq(Cat(*[edit & v4 & sc["l3_sel"][n] for n in range(3)])),
+                e3["s_plen"].eq(Cat(*[edit & sc["ipv6"] & sc["l3_sel"][n] for n in range(3)])),
             ]
         return e3
 
     def _e4(self, m, e3, en4):
-        """E4 (stage 6): the edited window (frame bytes 0 to 127). Registers, for a frame's first beat pair, the
+        """E4 (stage 7): the edited window (frame bytes 0 to 127). Registers, for a frame's first beat pair, the
         window with the UDP port, length and checksum, the IP length and checksum fields and UPDATE's header bytes
-        written (later beats pass unchanged); INSERT's header (``hdr``), the op and the lengths pass on."""
+        written where E3's selects say (later beats pass unchanged; the places never overlap, so each word is an
+        AND-OR of its choices); INSERT's header (``hdr``), the op and the lengths pass on, with the merge's byte
+        masks: bytes before ``h`` (``bh``), bytes of the header (``ih``, ``h`` to ``h + K``) and ``K`` one-hot
+        (``k1h``: 12, 16, 20, 24, 28)."""
         dbits = 8 * _BEAT
-        edit = (e3["op"] != OP_PASS) & ~e3["drop"]
         wwin = _sig(m, Cat(e3["cur"], e3["nxt"]), "wwin")
+        r = e3["usum"]
+        usum_zero = (r == 0) | (r == 0xFFFF)
+        ucsum = _sig(m, Mux(e3["uc_zero"], 0, Mux(usum_zero, 0xFFFF, ~r)), "ucsum_new")
         new_words = []
         for wi in range(WINDOW // 2):
             word = _be(wwin, 2 * wi, 2)
-            l4w3 = e3["l4w"]
-            choices = [
-                (l4w3 + 1 == wi, e3["dport"]), (l4w3 + 2 == wi, e3["ulen"]), (l4w3 + 3 == wi, e3["ucsum"]),
-            ]
+            choices = [(e3["s_dp"][wi], e3["dport"]), (e3["s_ul"][wi], e3["ulen"]), (e3["s_uc"][wi], ucsum),
+                       (e3["s_fx"][wi], _be(e3["hdr"], 2 * wi, 2))]
             for n, l3 in enumerate(L3_OFFSETS):
                 w3 = l3 // 2
                 if wi == w3 + 1:
-                    choices.append((~e3["ipv6"] & (e3["op"] != OP_UPDATE) & e3["l3_sel"][n], e3["tot"]))
+                    choices.append((e3["s_tot"][n], e3["tot"]))
                 if wi == w3 + 5:
-                    choices.append((~e3["ipv6"] & (e3["op"] != OP_UPDATE) & e3["l3_sel"][n], e3["ipc"]))
+                    choices.append((e3["s_ipc"][n], e3["ipc"]))
                 if wi == w3 + 2:
-                    choices.append((e3["ipv6"] & e3["l3_sel"][n], e3["plen"]))
-            hb = e3["h"][1:7]
-            in_fixed = (e3["op"] == OP_UPDATE) & (hb <= wi) & (wi < hb + 5)
-            choices.append((in_fixed, _be(e3["hdr"], 2 * wi, 2)))
-            new = word
-            for cond, value in reversed(choices):
-                new = Mux(cond, value, new)
-            new_words.append(_sig(m, Mux(edit, new, word), f"word{wi}"))
+                    choices.append((e3["s_plen"][n], e3["plen"]))
+            any_sel = Cat(*[c for c, _ in choices]).any()
+            new = Mux(any_sel, 0, word)
+            for cond, value in choices:
+                new = new | Mux(cond, value, 0)
+            new_words.append(_sig(m, new, f"word{wi}"))
         w_edit = _sig(m, Cat(*[Cat(w[8:16], w[0:8]) for w in new_words]), "w_edit")
         e4_fields = (*self._beat_fields(), "op", "drop", "refused", "cut", "is_pass", "h", "k", "new_len", "hdr")
-        e4 = self._stage("e4", **{n: len(e3[n]) for n in e4_fields})
+        e4 = self._stage("e4", **{n: len(e3[n]) for n in e4_fields}, bh=WINDOW, ih=WINDOW, k1h=5)
         with m.If(en4):
             m.d.sync += [e4[n].eq(e3[n]) for n in e4_fields if n not in ("cur", "nxt")]
-            m.d.sync += [e4["cur"].eq(Mux(e3["idx"] == 0, w_edit[:dbits], e3["cur"])),
-                         e4["nxt"].eq(Mux(e3["idx"] == 0, w_edit[dbits:], e3["nxt"]))]
+            m.d.sync += [e4["cur"].eq(w_edit[:dbits]), e4["nxt"].eq(w_edit[dbits:])]
+            m.d.sync += [
+                e4["bh"].eq(Cat(*[g < e3["h"] for g in range(WINDOW)])),
+                e4["ih"].eq(Cat(*[(g >= e3["h"]) & (g < e3["hk"]) for g in range(WINDOW)])),
+                e4["k1h"].eq(Cat(*[e3["k"] == kk for kk in _KS])),
+            ]
         return e4
 
     def _merge(self, m, e4, enx):
-        """The INSERT merge (stage 7), on the way out of E4: the written window with ``K`` header bytes at ``h``
-        and the bytes from ``h`` on moved up by ``K``. Registers the beat (``x``) with its output for beats 0 and 1
-        (``pre``: the merged window's half); at a frame's first beat, it keeps the window's second half, written
-        and merged (``m1_edit``, ``m1_merged``: beat 1's data, and the extra beat's when INSERT grows a one-beat
-        frame) and the frame's edit context (``f_*``), which the frame's later beats take. Returns ``x`` and
-        ``m1_merged``."""
+        """The INSERT merge (stage 8), on the way out of E4: the written window with ``K`` header bytes at ``h``
+        and the bytes from ``h`` on moved up by ``K`` (an AND-OR by E4's masks). Registers the beat (``x``) with
+        its output for beats 0 and 1 (``pre``: the merged window's half) and, for the output stage, the lanes
+        REMOVE keeps in place (``rem_keep``: before ``h``); at a frame's first beat, it keeps the window's second
+        half, written and merged (``m1_edit``, ``m1_merged``: beat 1's data, and the extra beat's when INSERT
+        grows a one-beat frame) and the frame's edit context (``f_*``), which the frame's later beats take.
+        Returns ``x`` and ``m1_merged``."""
         dbits, len_bits = 8 * _BEAT, self._len_bits
         w_edit = Cat(e4["cur"], e4["nxt"])
 
         merged = []
         for g in range(WINDOW):
-            shifted_byte = Const(0, 8) if g < 12 else Mux(
-                e4["k"] == 12, _byte(w_edit, g - 12), Mux(
-                    e4["k"] == 16, _byte(w_edit, max(g - 16, 0)), Mux(
-                        e4["k"] == 20, _byte(w_edit, max(g - 20, 0)), Mux(
-                            e4["k"] == 24, _byte(w_edit, max(g - 24, 0)), _byte(w_edit, max(g - 28, 0))))))
-            merged.append(Mux(g < e4["h"], _byte(w_edit, g), Mux(g < e4["h"] + e4["k"], _byte(e4["hdr"], g),
-                                                                 shifted_byte)))
+            moved = Const(0, 8)
+            for j, kk in enumerate(_KS):
+                if g >= kk:
+                    moved = moved | Mux(e4["k1h"][j], _byte(w_edit, g - kk), 0)
+            merged.append(Mux(e4["bh"][g], _byte(w_edit, g), 0) | Mux(e4["ih"][g], _byte(e4["hdr"], g), 0) |
+                          Mux(e4["bh"][g] | e4["ih"][g], 0, moved))
         merged = _sig(m, Cat(*merged), "merged")
 
         m1_edit = Signal(dbits)
@@ -546,95 +638,115 @@ class LapsEditor(wiring.Component):
         is1 = e4["idx"] == 1
         with m.If(enx & e4["valid"] & is0):
             m.d.sync += [m1_edit.eq(w_edit[dbits:]), m1_merged.eq(merged[dbits:])]
-        fctx = self._stage("f", op=2, drop=1, refused=1, cut=1, is_pass=1, h=7, k=6, new_len=len_bits + 1)
+        fctx = self._stage("f", op=2, drop=1, refused=1, cut=1, is_pass=1, h=7, k=6, k1h=5, new_len=len_bits + 1,
+                           nl_big=1, nl_beyond=1)
         with m.If(enx & e4["valid"] & is0):
-            m.d.sync += [fctx[n].eq(e4[n]) for n in fctx]
+            m.d.sync += [fctx[n].eq(e4[n]) for n in fctx if n not in ("nl_big", "nl_beyond")]
+            m.d.sync += [fctx["nl_big"].eq(e4["new_len"] >= _BEAT), fctx["nl_beyond"].eq(e4["new_len"] > _BEAT)]
 
-        x = self._stage("x", **self._beat_fields(), pre=dbits, **{n: len(v) for n, v in fctx.items()})
+        x = self._stage("x", **self._beat_fields(), pre=dbits, rem_keep=_BEAT,
+                        **{n: len(v) for n, v in fctx.items()})
+        h = Mux(is0, e4["h"], fctx["h"])
         with m.If(enx):
             m.d.sync += [x[n].eq(e4[n]) for n in ("valid", "keep", "last", "user", "idx")]
-            m.d.sync += [x[n].eq(Mux(is0, e4[n], fctx[n])) for n in fctx]
+            m.d.sync += [x[n].eq(Mux(is0, e4[n], fctx[n])) for n in fctx if n not in ("nl_big", "nl_beyond")]
+            m.d.sync += [x["nl_big"].eq(Mux(is0, e4["new_len"] >= _BEAT, fctx["nl_big"])),
+                         x["nl_beyond"].eq(Mux(is0, e4["new_len"] > _BEAT, fctx["nl_beyond"]))]
             m.d.sync += [
                 x["cur"].eq(Mux(is0, w_edit[:dbits], Mux(is1, m1_edit, e4["cur"]))),
                 x["nxt"].eq(Mux(is0, w_edit[dbits:], e4["nxt"])),
                 x["pre"].eq(Mux(is0, merged[:dbits], m1_merged)),
+                x["rem_keep"].eq(Cat(*[Mux(is0, i < h, Mux(is1, 64 + i < h, 0)) for i in range(_BEAT)])),
             ]
         return x, m1_merged
 
-    def _output(self, m, x, m1_merged, x_leaves, loads):
-        """The output stage (stage 8): the shift by ``K`` four-byte lanes, ``tkeep`` and ``tlast`` from the bytes
-        left. Registers the ``m_axis`` beat, the previous beat (``prev``: INSERT's carry), the frame's bytes still
-        to send (``left``) and ``extra`` (INSERT: the beat the frame grew by is due). Drives ``x_leaves`` (the
-        merge stage's beat moves on: when ``m_axis`` takes a beat, and not while INSERT's extra beat waits) and,
-        from it, the load enables of ``loads`` (:meth:`_load_enables`). Returns the op decodes ``is_ins`` and
-        ``is_rem`` (shared with the counters)."""
+    def _output(self, m, x, m1_merged, go):
+        """The output stage (stage 9): the shift by ``K`` four-byte lanes, ``tkeep`` and ``tlast`` from the bytes
+        left, written into the output FIFO (``OUT_DEPTH`` beats, registered output: ``m_axis``). Registers the
+        previous beat (``prev``: INSERT's carry), the frame's bytes still to send (``left``, and ``left_zero``),
+        ``extra`` (INSERT: the beat the frame grew by is being written: the pipeline holds for that cycle) with
+        that beat (``ext_data``, ``ext_user``), the beats the output FIFO holds (``occ``) and ``go``, the load
+        enable of every stage: room in the output FIFO for every beat the pipeline can write before it stops, and
+        not the extra beat's cycle. ``go`` is a register, so no path runs from ``m_axis.tready`` or the output
+        logic into the stage enables. Returns the op decodes ``is_ins`` and ``is_rem`` (shared with the
+        counters)."""
         o = self.m_axis
         dbits, len_bits = 8 * _BEAT, self._len_bits
+        m.submodules.out = out = StreamFIFO(shape=AxisBeat(data_width=dbits, user_width=self._user_width),
+                                            depth=OUT_DEPTH)
+        m.d.comb += [
+            o.tvalid.eq(out.o.valid), o.tdata.eq(out.o.payload.data), o.tkeep.eq(out.o.payload.keep),
+            o.tlast.eq(out.o.payload.last), o.tuser.eq(out.o.payload.user), out.o.ready.eq(o.tready),
+        ]
         left = Signal(len_bits + 1)
+        left_zero = Signal(init=1)
+        left_big, left_beyond = Signal(), Signal()      # left >= 64, left > 64
         prev = Signal(dbits)
-        extra = Signal()        # INSERT: the beat the frame grew by is due
+        extra = Signal()        # INSERT: the beat the frame grew by is written this cycle
+        # The extra beat, made while the last beat leaves (that beat and its K have moved on by the next cycle):
+        # the merged window's second half (a one-beat frame) or the last beat's top K bytes; and its tuser.
+        ext_data, ext_user = Signal(dbits), Signal(self._user_width)
+        occ = Signal(range(OUT_DEPTH + 1))
         cur_left = Signal(len_bits + 1)
-        m.d.comb += cur_left.eq(Mux((x["idx"] == 0) & ~extra, x["new_len"], left))
-        xk = x["k"]
+        use_nl = (x["idx"] == 0) & ~extra
+        m.d.comb += cur_left.eq(Mux(use_nl, x["new_len"], left))
+        k1h = x["k1h"]
 
-        def lane_shift(lo, hi, down):
+        def lane_shift(lo, hi, down, name):
             """Bytes ``i + down`` of ``Cat(lo, hi)`` for i in 0..63, ``down`` one of 64 - K (INSERT) or K."""
             both = Cat(lo, hi)
-            options = {kk: both[8 * (64 - kk if down == "ins" else kk):][:dbits] for kk in (12, 16, 20, 24, 28)}
-            out = options[28]
-            for kk in (24, 20, 16, 12):
-                out = Mux(xk == kk, options[kk], out)
-            return _sig(m, out, f"shift_{down}")
+            out = Const(0, dbits)
+            for j, kk in enumerate(_KS):
+                out = out | Mux(k1h[j], both[8 * (64 - kk if down == "ins" else kk):][:dbits], 0)
+            return _sig(m, out, name)
 
-        ins_shift = lane_shift(prev, x["cur"], "ins")
-        rem_shift = lane_shift(x["cur"], x["nxt"], "rem")
-        rem_out = _sig(m, Cat(*[Mux((x["idx"] < 2) & (64 * x["idx"] + i < x["h"]), _byte(x["cur"], i),
-                                    _byte(rem_shift, i))
+        ins_shift = lane_shift(prev, x["cur"], "ins", "shift_ins")
+        rem_shift = lane_shift(x["cur"], x["nxt"], "rem", "shift_rem")
+        ext_shift = lane_shift(x["cur"], Const(0, dbits), "ins", "shift_ext")
+        rem_out = _sig(m, Cat(*[Mux(x["rem_keep"][i], _byte(x["cur"], i), _byte(rem_shift, i))
                                 for i in range(_BEAT)]), "rem_out")
-        thermo = Cat(*[cur_left > i for i in range(_BEAT)])
+        # cur_left >= 64 and > 64 from registered flags (the length is up to 19 bits wide at depth 4096).
+        big = _sig(m, Mux(use_nl, x["nl_big"], left_big), "left_big_now")
+        beyond = _sig(m, Mux(use_nl, x["nl_beyond"], left_beyond), "left_beyond_now")
+        thermo = Cat(*[big | (cur_left[:6] > i) for i in range(_BEAT)])
 
-        adv = Signal()
         hold = Signal()
         emit = Signal()
         is_ins = x["op"] == OP_INSERT
         is_rem = x["op"] == OP_REMOVE
         shifts = is_ins | is_rem
+        s_pre = _sig(m, ~extra & is_ins & (x["idx"] < 2), "s_pre")
+        s_ins = _sig(m, ~extra & is_ins & (x["idx"] == 2), "s_ins")
+        s_rem = _sig(m, ~extra & is_rem, "s_rem")
+        s_cur = _sig(m, ~extra & ~shifts, "s_cur")
         m.d.comb += [
-            adv.eq(~o.tvalid | o.tready),
-            hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & (cur_left > _BEAT) & ~extra),
-            x_leaves.eq(adv & ~hold),
+            hold.eq(x["valid"] & ~x["drop"] & is_ins & x["last"] & beyond),
+            # A REMOVE beat with no bytes left (the frame shrank by a beat) is not sent.
+            emit.eq(extra | (go & x["valid"] & ~x["drop"] & ~(is_rem & (x["idx"] != 0) & left_zero))),
+            out.i.valid.eq(emit),
+            out.i.payload.user.eq(Mux(extra, ext_user, x["user"])),
+            out.i.payload.data.eq(Mux(extra, ext_data, 0) | Mux(s_pre, x["pre"], 0) | Mux(s_ins, ins_shift, 0) |
+                                  Mux(s_rem, rem_out, 0) | Mux(s_cur, x["cur"], 0)),
+            out.i.payload.keep.eq(Mux(shifts | extra, thermo, x["keep"])),
+            out.i.payload.last.eq(Mux(shifts | extra, ~beyond, x["last"])),
         ]
-        self._load_enables(m, loads, x_leaves)
-        m.d.comb += [
-            emit.eq(adv & (extra | (x["valid"] & ~x["drop"] & ~(is_rem & (cur_left == 0))))),
-        ]
-        with m.If(o.tvalid & o.tready):
-            m.d.sync += o.tvalid.eq(0)
-        with m.If(emit):
-            m.d.sync += [
-                o.tvalid.eq(1), o.tuser.eq(x["user"]),
-                o.tdata.eq(Mux(extra, Mux(x["idx"] == 0, m1_merged, ins_shift),
-                               Mux(is_ins, Mux(x["idx"] < 2, x["pre"], ins_shift),
-                                   Mux(is_rem, rem_out, x["cur"])))),
-                o.tkeep.eq(Mux(shifts | extra, thermo, x["keep"])),
-                o.tlast.eq(Mux(shifts | extra, cur_left <= _BEAT, x["last"])),
-            ]
-        with m.If(adv & x["valid"] & ~extra):
-            m.d.sync += [prev.eq(x["cur"]), left.eq(Mux(cur_left > _BEAT, cur_left - _BEAT, 0))]
-        with m.If(adv & extra):
-            m.d.sync += [extra.eq(0), left.eq(0)]
-        with m.If(hold & adv):
-            m.d.sync += extra.eq(1)
+        # The output FIFO never refuses a beat: ``go`` is set only with room for the beat written while it holds
+        # and for the extra beat after it (at most one beat per cycle; ``occ`` stays below OUT_DEPTH).
+        taken = o.tvalid & o.tready
+        m.d.sync += occ.eq(occ + emit - taken)
+        room = Mux(emit & ~taken, occ <= OUT_DEPTH - 4, Mux(~emit & taken, occ <= OUT_DEPTH - 2,
+                                                            occ <= OUT_DEPTH - 3))
+        m.d.sync += go.eq(room & ~(go & hold))
+        with m.If(go & x["valid"]):
+            m.d.sync += [prev.eq(x["cur"]), left.eq(Mux(beyond, cur_left - _BEAT, 0)), left_zero.eq(~beyond),
+                         left_big.eq(beyond & (cur_left >= 2 * _BEAT)),
+                         left_beyond.eq(beyond & (cur_left > 2 * _BEAT))]
+        with m.If(extra):
+            m.d.sync += [extra.eq(0), left.eq(0), left_zero.eq(1), left_big.eq(0), left_beyond.eq(0)]
+        with m.If(hold & go):
+            m.d.sync += [extra.eq(1), ext_data.eq(Mux(x["idx"] == 0, m1_merged, ext_shift)),
+                         ext_user.eq(x["user"])]
         return is_ins, is_rem
-
-    @staticmethod
-    def _load_enables(m, stages, leaves):
-        """The load enables, combinational: each stage of ``stages`` (``(enable, register)`` pairs, in pipeline
-        order) loads when it is empty or the next one loads; the last when it is empty or its beat ``leaves``."""
-        nxt = leaves
-        for en, reg in reversed(stages):
-            m.d.comb += en.eq(~reg["valid"] | nxt)
-            nxt = en
 
     def _counters(self, m, x, x_leaves, is_ins, is_rem):
         """The ``stats`` counters, counted as a frame's first beat leaves the merge stage (no latency)."""

@@ -252,7 +252,7 @@ async def line_rate(dut):
     """Frames queued (the sink held until the beat FIFO is full, then always ready): PASS and UPDATE leave at one
     beat per clock and s_axis takes one beat per clock from then on; INSERT: the cycles from the first output beat
     to the last equal the beats sent (the beat a frame grows by costs one cycle, while the input waits); REMOVE: the
-    same plus one idle output cycle per frame that shrinks by a beat."""
+    same plus at most one idle output cycle per frame that shrinks by a beat (the output FIFO hides some)."""
     tb = TB(dut, seed=3)
     await tb.reset()
     rng = random.Random(13)
@@ -284,8 +284,10 @@ async def line_rate(dut):
                           if -(-(len(f) - 12 - 4 * a["count"]) // BEAT) < -(-len(f) // BEAT))
         dut._log.info("%s: %d beats out in %d cycles (%d frames shrink); input %.4f beats per clock over %d beats",
                       label, len(outs), span_out, shrinks, in_rate, len(ins))
-        if span_out != len(outs) + shrinks:
-            errors.append(f"{label}: {len(outs)} beats out in {span_out} cycles, expected {len(outs) + shrinks}")
+        # REMOVE's idle cycles are at most one per frame that shrinks: the output FIFO hides those it can.
+        if not len(outs) <= span_out <= len(outs) + shrinks or (not shrinks and span_out != len(outs)):
+            errors.append(f"{label}: {len(outs)} beats out in {span_out} cycles, expected {len(outs)} "
+                          f"to {len(outs) + shrinks}")
         if label == "pass/update" and in_rate != 1.0:
             errors.append(f"{label}: {in_rate:.4f} beats accepted per clock")
         if len(ins) < 20:
@@ -367,6 +369,42 @@ async def long_frames(dut):
     want = [2, 2, 1, 2, 1, 1, 8]
     if stats != want:
         errors.append(f"stats {dict(zip(COUNTER_NAMES, stats))}; by hand {dict(zip(COUNTER_NAMES, want))}")
+    _fail_on(errors)
+
+
+#: Cycles from the edge that takes a frame's last beat on ``s_axis`` to the edge that takes its first beat on
+#: ``m_axis`` (the sink always ready, the editor empty), as docs/packet_io.md states it: the beat FIFO (its write
+#: and registered read, 3) and the ten stages of the editor's latency (pairing, E1, E2, E2b, E2c, E3, E4, the
+#: merge, the output stage writing the output FIFO, the output FIFO's register).
+LAST_IN_TO_FIRST_OUT = 13
+
+
+@cocotb.test()
+async def first_beat_latency(dut):
+    """Each frame alone (the editor empty, ``m_axis`` always ready), every op, sizes from 60 bytes to the beat
+    FIFO's size: the cycles from its last beat in to its first beat out are ``LAST_IN_TO_FIRST_OUT`` for all
+    (store-and-forward: the frame waits for its last beat, then a constant pipeline)."""
+    tb = TB(dut, seed=9)
+    await tb.reset()
+    rng = random.Random(19)
+    errors, seen = [], {}
+    for size in (60, 64, 65, 128, 200, 1500, tb.depth * BEAT - 64, tb.depth * BEAT):
+        for op in (0, 1, 2, 3):
+            frame, action = sized_item(rng, size, op, port=tb.port)
+            if op == 2 and size + 12 + 4 * action["count"] > tb.depth * BEAT:
+                continue
+            first_in, first_out = len(tb.in_beats), len(tb.out_beats)
+            tb.send(frame, action)
+            errors += await tb.check()
+            ins, outs = tb.in_beats[first_in:], tb.out_beats[first_out:]
+            if not ins or not outs:
+                errors.append(f"{size} bytes, op {op}: {len(ins)} beats in, {len(outs)} out")
+                continue
+            seen[(size, op)] = outs[0][0] - ins[-1]
+    bad = {k: v for k, v in seen.items() if v != LAST_IN_TO_FIRST_OUT}
+    dut._log.info("last beat in to first beat out: %s", sorted(set(seen.values())))
+    if bad:
+        errors.append(f"latency not {LAST_IN_TO_FIRST_OUT} for (size, op): {bad}")
     _fail_on(errors)
 
 
