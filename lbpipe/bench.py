@@ -3,8 +3,9 @@
 Each metadata block names its scenarios (``BENCHES``). A run drives the trace back to back (no idle cycles, no
 back-pressure), so the testbench also checks every output's cycle against the golden model's timing. Packet
 pipelines (``PACKET_BENCHES``) are measured per frame size: back-to-back frames of one size, every frame that leaves
-checked against the golden model, beats accepted per clock counted. The figures reported are what the simulation
-measured, never wall-clock time.
+checked against the golden model, beats accepted per clock counted, and, where the testbench reports it
+(``themis-s-wire``), the cycles from a frame's first beat in to its first beat out. The figures reported are what
+the simulation measured, never wall-clock time.
 """
 
 import json
@@ -54,12 +55,41 @@ def _qp_classifier_lookups(params):
     return qp_classifier_bench(params)
 
 
+def _laps_pit_sustained(params, n=2000):
+    """One lookup and one update in every clock: two paths per sub-table for 16 destinations, ``now`` 4 ns per clock
+    (250 MHz), each clock's update an ACK for a path of the destination looked up two clocks before."""
+    import random
+    from lbpipe.sim.laps.pit import pit_commands
+    rng = random.Random(1)
+    k, sub = params["k"], params["n_entries"] // params["k"]
+    entries = [{"pid": j * sub + x, "base_val": rng.randrange(2000, 6000), "anchors": ["10.0.0.1"]}
+               for j in range(k) for x in range(1, min(sub, 3))]
+    dests = [[j * sub + rng.randrange(1, min(sub, 3)) for j in range(k)] for _ in range(16)]
+    events = [{"ctl": c} for c in pit_commands(entries, **params)]
+    for t in range(n):
+        now = 10_000 + 4 * t
+        back = dests[(t - 2) % 16]
+        events.append({"upd": {"pid": rng.choice(back), "owd": rng.randrange(2000, 9000), "now": now}})
+        events.append({"item": {"kind": 1, "now": now, "tag": t & 0xFFFF,
+                                **{f"pid{j}": p for j, p in enumerate(dests[t % 16])}}})
+    return events
+
+
+def _laps_pst_lookups(params):
+    from lbpipe.sim.laps.pst import pst_bench
+    return pst_bench(params)
+
+
 #: Block -> [(scenario name, function(params) -> (params, events))].
 BENCHES = {
+    "laps-pit": [("one lookup + one update every clock", lambda p: (p, _laps_pit_sustained(p)))],
     "themis-s": [
         ("back-to-back data", lambda p: (p, _themis_s_data(p))),
     ],
     "qp-classifier": [("back-to-back lookups", lambda p: (p, _qp_classifier_lookups(p)))],
+    "laps-softmax": [("back-to-back decisions", lambda p: (p, __import__(
+        "lbpipe.sim.laps.softmax", fromlist=["softmax_bench"]).softmax_bench(**p)))],
+    "laps-pst": [("back-to-back lookups", lambda p: (p, _laps_pst_lookups(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),
@@ -129,12 +159,19 @@ def format_bench(results):
                   "cycle was checked against the golden model's timing. Items per clock counts accepted input items "
                   "from the first to the last acceptance, control writes included."]
     if packets:
-        lines += ["" if lines else None, "| Block | Frame size (bytes) | Frames | Beats | Cycles | Beats per clock |",
-                  "|---|---|---|---|---|---|"]
+        latency = any("first_beat_latency" in r for r in packets)
+        extra = " First beat in to out, alone (cycles) | the same, back to back, max |" if latency else ""
+        lines += ["" if lines else None, "| Block | Frame size (bytes) | Frames | Beats | Cycles | Beats per clock |"
+                  + extra, "|---|---|---|---|---|---|" + ("---|---|" if latency else "")]
         for r in packets:
+            cells = (f" {r.get('first_beat_latency', '-')} | {r.get('first_beat_latency_max', '-')} |"
+                     if latency else "")
             lines.append(f"| `{r['block']}` | {r['size']} | {r['frames']} | {r['beats']} | {r['cycles']} | "
-                         f"{r['beats_per_clock']:.3f} |")
+                         f"{r['beats_per_clock']:.3f} |" + cells)
         lines += ["", "Packet pipelines: back-to-back frames of one size (data of set-up flows), no idle input and no "
                   "back-pressure; every frame out checked against the golden model; cycles counted from the first "
-                  "beat accepted to the last."]
+                  "beat accepted to the last."
+                  + (" First-beat latency: cycles from the edge that takes a frame's first beat on s_axis to the one "
+                     "that hands its first beat on at m_axis, for one frame on the idle pipeline, and the largest "
+                     "over the back-to-back run." if latency else "")]
     return "\n".join(line for line in lines if line is not None) + "\n"

@@ -12,7 +12,7 @@ from .blocks import Block, get_block
 from .trace import TraceError, pack, read_events, read_pcap, where, write_events, write_pcap
 
 __all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "replay_pcap",
-           "check_events", "build_top", "top_verilog"]
+           "check_events", "build_top", "top_verilog", "apply_event"]
 
 
 def resolve_block(block):
@@ -26,14 +26,19 @@ def resolve_block(block):
 def check_events(block, params, events):
     """Reject events the hardware cannot represent, so both engines see identical inputs."""
     layout, _, ctl_layout, _ = block.layouts(params)
+    streams = block.stream_layouts(params)
     for number, event in enumerate(events):
         try:
             if "item" in event:
                 pack(layout, event["item"])
             elif "ctl" in event:
                 pack(ctl_layout, event["ctl"])
+            elif len(event) == 1 and next(iter(event)) in streams:
+                name = next(iter(event))
+                pack(streams[name], event[name])
             else:
-                raise TraceError("an event has exactly one of 'ctl' or 'item'")
+                kinds = ["ctl", "item", *streams]
+                raise TraceError(f"an event has exactly one of {' or '.join(map(repr, kinds))}")
         except TraceError as exc:
             raise TraceError(f"{where(events, number)}: {exc}") from None
     return layout
@@ -81,13 +86,24 @@ def golden_run(block, params, events):
     params = block.resolve(params)
     layout = check_events(block, params, events)
     model = block.golden(**params)
+    streams = block.stream_layouts(params)
     outputs = []
     for event in events:
-        if "ctl" in event:
-            model.control(_complete_ctl(event["ctl"]))
-        else:
-            outputs.append(model.process(_complete(layout, event["item"])))
+        out = apply_event(model, layout, streams, event)
+        if "item" in event:
+            outputs.append(out)
     return outputs, model
+
+
+def apply_event(model, layout, streams, event):
+    """Apply one trace event to a golden model: a command, an item (returns its output) or an item of the extra
+    stream ``name`` (``model.process_stream(name, values)``); ``streams`` maps extra stream names to layouts."""
+    if "ctl" in event:
+        return model.control(_complete_ctl(event["ctl"]))
+    if "item" in event:
+        return model.process(_complete(layout, event["item"]))
+    name = next(iter(event))
+    return model.process_stream(name, _complete(streams[name], event[name]))
 
 
 def _complete_ctl(cmd):
@@ -102,7 +118,41 @@ def build_top(block, params):
     from lbpipe.boards.top import AxiLiteTop, FlatTop
     block = resolve_block(block)
     component = block.build(**block.resolve(params))
+    if block.is_meta and block.streams:
+        return _StreamsTop(component, block.streams)
     return AxiLiteTop(component) if block.is_meta else FlatTop(component)
+
+
+def _streams_top_class():
+    from amaranth import Signal
+    from lbpipe.boards.top import AxiLiteTop
+
+    class StreamsTop(AxiLiteTop):
+        """:class:`AxiLiteTop` plus ``<name>_valid/_ready/_payload`` for each extra input stream of the block."""
+
+        def __init__(self, block, streams, **kwargs):
+            super().__init__(block, **kwargs)
+            self.streams = {}
+            for name in streams:
+                shape = block.signature.members[name].signature.members["payload"].shape
+                self.streams[name] = (Signal(name=f"{name}_valid"), Signal(name=f"{name}_ready"),
+                                      Signal(shape.size, name=f"{name}_payload"))
+
+        def ports(self):
+            return [*super().ports(), *(sig for trio in self.streams.values() for sig in trio)]
+
+        def elaborate(self, platform):
+            m = super().elaborate(platform)
+            for name, (valid, ready, payload) in self.streams.items():
+                port = getattr(self.block, name)
+                m.d.comb += [port.valid.eq(valid), port.payload.as_value().eq(payload), ready.eq(port.ready)]
+            return m
+    return StreamsTop
+
+
+def _StreamsTop(component, streams):
+    # Belongs in boards/top.py beside AxiLiteTop; kept here until that file takes it.
+    return _streams_top_class()(component, streams)
 
 
 def top_verilog(block, params, directory=None):

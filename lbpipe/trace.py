@@ -5,7 +5,12 @@ A trace is JSON Lines. Each input line is one event:
 * ``{"ctl": {"table": T, "index": I, "data": D}}``: a control command, applied after every earlier item has left
   the block (the RTL engine drains the pipeline first, so both engines see the same order);
 * ``{"item": {field: value, ...}}``: one metadata item; fields are the block's input layout's, as integers (enum
-  fields by value). Other keys on the line (``"t"``, comments) are ignored.
+  fields by value). Other keys on the line (``"t"``, comments) are ignored;
+* ``{"<stream>": {field: value, ...}}``: one item of a block's extra input stream (``Block.streams``, e.g. the PIT's
+  ``"upd"``), driven on the port of that name. Such events just before an ``item`` event (one per stream at most)
+  are offered in the same clock as the item and apply before it; the next group waits until the block has taken
+  the whole group. The golden model sees the events in trace order (``process_stream(name, values)``), which is
+  therefore the exact serial order the RTL keeps, with idle cycles and back-pressure alike.
 
 Each output line is ``{"item": {...}}`` with the block's output layout's fields, one per output item, in order.
 
@@ -15,7 +20,7 @@ byte: runts and malformed frames included.
 
 import json
 
-__all__ = ["Events", "where", "read_events", "write_events", "pack", "unpack", "layout_fields", "is_integer",
+__all__ = ["Events", "where", "read_events", "stream_kinds", "write_events", "pack", "unpack", "layout_fields", "is_integer",
            "TraceError", "read_pcap", "write_pcap"]
 
 #: pcap link type of Ethernet frames.
@@ -120,13 +125,23 @@ def unpack(layout, word):
     return {name: (word >> offset) & ((1 << width) - 1) for name, offset, width in layout_fields(layout)}
 
 
-def read_events(path, *, allow_empty=False, kinds=("ctl", "item")):
+def stream_kinds():
+    """Event keys of a metadata trace: ``ctl``, ``item`` and every registered block's extra stream names."""
+    from .blocks import BLOCKS
+    extra = sorted({name for block in BLOCKS.values() for name in block.streams})
+    return ("ctl", "item", *extra)
+
+
+def read_events(path, *, allow_empty=False, kinds=None):
     """Read a JSONL trace into a list of events.
 
-    Each event has exactly one key of ``kinds`` (``ctl`` or ``item``; an action file's is ``act``), whose value is an
+    Each event has exactly one key of ``kinds`` (by default :func:`stream_kinds`: ``ctl``, ``item`` or an extra
+    stream's name; an action file's is ``act``), whose value is an
     object of integer fields; anything else
     raises :class:`TraceError` naming the file and line, as does a file with no events (empty, or only comments)
     unless ``allow_empty``."""
+    if kinds is None:
+        kinds = stream_kinds()
     events = Events(path)
     try:
         with open(path) as f:

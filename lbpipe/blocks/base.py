@@ -74,6 +74,20 @@ class Block:
     #: Metadata blocks: ``"module:function"`` of ``f(seed, n_items, **params) -> events``, the seeded random trace
     #: ``lbpipe trace`` writes and the generic tests replay.
     trace: Optional[str] = None
+    #: Metadata blocks with input streams beside ``i`` (the PIT's ``upd``): their port names. A trace event
+    #: ``{"<name>": {...}}`` is driven on that port; the golden model takes it as ``process_stream(name, values)``;
+    #: an event of such a stream just before an ``item`` event is offered in the same clock as the item and
+    #: applies before it (see lbpipe/trace.py).
+    streams: tuple = ()
+
+    def stream_layouts(self, params):
+        """``{name: payload layout}`` of the block's extra input streams (empty for the single-stream blocks)."""
+        if not self.streams:
+            return {}
+        component = self.build(**params)
+        component._MustUse__silence = True
+        members = component.signature.members
+        return {name: members[name].signature.members["payload"].shape for name in self.streams}
 
     def action_layout(self):
         """The layout of the block's per-frame action, or None."""

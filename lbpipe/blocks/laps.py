@@ -1,5 +1,5 @@
-"""Registry entries of LAPS (IEEE ToN; datasheets docs/laps_pst.md and docs/laps_pit.md): the Path Search Table and
-the decomposed Path Information Table."""
+"""Registry entries of LAPS (IEEE ToN; datasheets docs/laps_pst.md, docs/laps_pit.md, docs/laps_softmax.md): the Path
+Search Table, the decomposed Path Information Table and the softmax path choice."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -10,5 +10,133 @@ BLOCKS = []
 # -- PST (laps-pst) ---------------------------------------------------------------------------------------------------
 # (entry appended below by the PST work)
 
+def _pst_memory(n_dests, k=8, ways=3, buckets=None, ipv6=False):
+    """(slot bits, record bits) of a PST of ``n_dests`` records, ``n_dests / 2`` buckets a way unless given."""
+    from lbpipe.hdl.laps.pst import PstSlot
+    buckets = buckets or max(2, n_dests // 2)
+    slot = PstSlot(n_dests=n_dests, buckets=buckets, ipv6=ipv6).size
+    return ways * buckets * slot, n_dests * 16 * k
+
+
+def _pst_extra(params, component):
+    slots, records = _pst_memory(params["n_dests"], params["k"], params["ways"], params["buckets"], params["ipv6"])
+    scale = "; ".join(f"{n // 1024}K: {sum(_pst_memory(n, params['k'], params['ways'])) / 8 / 1024:.0f} KiB"
+                      for n in (1 << 10, 1 << 12, 1 << 14, 1 << 16))
+    return {
+        "Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.1f} KiB: slots "
+                  f"{params['ways']} x {params['buckets']} x {component.slot_bits} bit = {slots} bits, records "
+                  f"{params['n_dests']} x {params['k']} x 16 bit = {records} bits ({params['n_dests'] - 1} "
+                  f"destinations; record 0 is the miss action)",
+        "Paper, Table V": "PST 74 LUT / 177 FF / 0 CARRY8 / 8 BRAM at 1,024 entries of 8 pids",
+        "Scale (3 ways of n_dests / 2 buckets, 67% slot load, IPv4, k = 8: memory linear in destinations)": scale,
+    }
+
+
+BLOCKS.append(Block(
+    name="laps-pst",
+    summary="LAPS Path Search Table: exact match of a destination IP to its K candidate path ids, miss action",
+    paper_ref="LAPS (IEEE ToN), sections II-B, III-C, III-H, Table V",
+    params=[
+        Param("n_dests", 1024, "records, a power of two: n_dests - 1 destinations (record 0 is the miss action)"),
+        Param("k", 8, "pids per destination (PIT sub-tables), 1 to 32"),
+        Param("ways", 3, "hash ways, 1 to 8, each with its own sparse H3 hash"),
+        Param("buckets", 512, "slots per way, a power of two (3 x 512: 1,023 destinations at 67% load)"),
+        Param("ipv6", False, "keys of 128-bit addresses (IPv4 and IPv6); false: 32-bit, IPv4 only"),
+        Param("user_bits", 0, "width of the opaque user pass-through field (0: none)"),
+    ],
+    build=load("lbpipe.hdl.laps.pst:Pst"),
+    golden=load("lbpipe.sim.laps.pst:Pst"),
+    test_params=[
+        dict(n_dests=16, k=8, ways=2, buckets=8, ipv6=False, user_bits=0),
+        dict(n_dests=8, k=5, ways=3, buckets=4, ipv6=True, user_bits=3),
+        dict(n_dests=32, k=1, ways=1, buckets=64, ipv6=False, user_bits=0),
+    ],
+    random_params=lambda rng: dict(n_dests=1 << rng.randrange(1, 7), k=rng.randrange(1, 33),
+                                   ways=rng.randrange(1, 9), buckets=1 << rng.randrange(1, 7),
+                                   ipv6=rng.random() < 0.5, user_bits=rng.choice([0, 1, 9])),
+    tb_module="lbpipe.tb.laps.test_pst",
+    trace="lbpipe.sim.laps.pst:pst_trace",
+    doc="docs/laps_pst.md",
+    paper={"LUT": 74, "FF": 177, "CARRY8": 0, "BRAM": 8},
+    report_extra=_pst_extra,
+))
+
 # -- PIT (laps-pit) ---------------------------------------------------------------------------------------------------
 # (entry appended below by the PIT work)
+
+def _pit_extra(params, component):
+    sub = params["n_entries"] // params["k"]
+    per_entry = 2 * 81 + 163 + 1        # dstale + dval (valid/time/real_val), S (base_val/anchors), V
+    scale = "; ".join(f"{n // 1024}K: {n * per_entry / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 12, 1 << 14, 1 << 16))
+    return {"PIT memory": f"{component.memory_bits} bits: {params['k']} sub-tables x {sub} entries x (2 x 81-bit "
+                          f"valid/time/real_val, one copy for the stale test and one for the values, + 163-bit "
+                          f"base_val/anchors) + 1 valid bit per pid for the update stream",
+            "Latency": f"{component.latency} cycles, one lookup and one update per clock",
+            "Scale (326 bits per entry, any k: memory linear in entries; 65,536 is the 16-bit pid's limit)": scale}
+
+
+BLOCKS.append(Block(
+    name="laps-pit",
+    summary="LAPS decomposed Path Information Table: k pids read per lookup, one update per clock, active probing",
+    paper_ref="LAPS (IEEE ToN), sections III-C, III-D, III-H, Algorithm 1",
+    params=[
+        Param("n_entries", 8192, "paths, a multiple of k with n_entries / k a power of two, up to 65536"),
+        Param("k", 8, "sub-tables = candidate paths per destination, 1 to 32"),
+        Param("probe_rule", "paper", "paper: stale when now - time > 2 x real_val (Algorithm 1); max: > 2 x the "
+                                     "largest finite real_val of the destination (the authors' simulator)",
+              choices=("paper", "max")),
+        Param("lfsr_seed", 0xACE1, "reset value of the 16-bit LFSR that picks the probed path"),
+    ],
+    build=load("lbpipe.hdl.laps.pit:Pit"),
+    golden=load("lbpipe.sim.laps.pit:Pit"),
+    streams=("upd",),
+    test_params=[
+        dict(n_entries=64, k=4, probe_rule="paper", lfsr_seed=0xACE1),
+        dict(n_entries=96, k=3, probe_rule="max", lfsr_seed=0x1234),
+        dict(n_entries=8192, k=8, probe_rule="paper", lfsr_seed=0xACE1),
+    ],
+    random_params=lambda rng: dict(n_entries=(k := rng.randrange(1, 17)) * (1 << rng.randrange(2, 8)), k=k,
+                                   probe_rule=rng.choice(["paper", "max"]), lfsr_seed=rng.randrange(1, 1 << 16)),
+    tb_module="lbpipe.tb.laps.test_pit",
+    trace="lbpipe.sim.laps.pit:pit_trace",
+    doc="docs/laps_pit.md",
+    paper={"LUT": 2950, "FF": 2976, "CARRY8": 0, "BRAM": 112},
+    report_extra=_pit_extra,
+))
+
+
+# -- softmax path choice (laps-softmax) -------------------------------------------------------------------------------
+# (entry appended below by the softmax work)
+
+
+def _softmax_extra(params, component):
+    return {"Latency": f"{component.latency} cycles, one decision per clock",
+            "Exponent tables": f"{params['k']} x 1,024 x {2 * params['precision'] - 4} bit (one per slot)",
+            "Paper, Table V softmax row": "26,949 LUT, 7,938 FF, 1,752 CARRY8, 0 BRAM (Vivado LUTs; lbpipe counts "
+                                          "Yosys LUT cells, which Vivado would combine)"}
+
+
+BLOCKS.append(Block(
+    name="laps-softmax",
+    summary="LAPS softmax path choice: exp(-beta d) weights by table, weighted random choice, one per clock",
+    paper_ref="LAPS (IEEE ToN), sections II-E, III-E, III-H",
+    params=[
+        Param("k", 8, "candidate path slots per decision, 1 to 16"),
+        Param("precision", 16, "weight width P in bits (Q0.P), 8 to 20"),
+        Param("mode", "paper", "paper: exp(-beta d), beta a register; sim: the authors' simulator's "
+                               "exp(-alpha d / base_val_max), per item", choices=("paper", "sim")),
+    ],
+    build=load("lbpipe.hdl.laps.softmax:Softmax"),
+    golden=load("lbpipe.sim.laps.softmax:Softmax"),
+    test_params=[dict(k=8, precision=16, mode="paper"), dict(k=3, precision=10, mode="paper"),
+                 dict(k=1, precision=16, mode="sim"), dict(k=16, precision=20, mode="paper"),
+                 dict(k=5, precision=16, mode="sim")],
+    random_params=lambda rng: dict(k=rng.randrange(1, 17), precision=rng.randrange(8, 21),
+                                   mode=rng.choice(["paper", "sim"])),
+    tb_module="lbpipe.tb.laps.test_softmax",
+    trace="lbpipe.sim.laps.softmax:softmax_trace",
+    doc="docs/laps_softmax.md",
+    paper={"LUT": 26949, "FF": 7938, "CARRY8": 1752, "BRAM": 0},
+    report_extra=_softmax_extra,
+))
+
