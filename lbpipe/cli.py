@@ -1,4 +1,4 @@
-"""The ``lbpipe`` command line: list blocks, write Verilog, synthesize, replay traces.
+"""The ``lbpipe`` command line: list blocks, write Verilog, synthesize, replay traces, compute LAPS path tables.
 
 Run ``lbpipe --help`` or ``lbpipe COMMAND --help``.
 """
@@ -311,6 +311,66 @@ def _pcap_trace(block, args):
     return 0
 
 
+def _topology_params(pairs):
+    """``--param NAME=VALUE`` of ``lbpipe paths``: topology builder parameters, integers or numbers."""
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--param takes NAME=VALUE, not {pair!r}")
+        try:
+            out[name] = int(text)
+        except ValueError:
+            try:
+                out[name] = float(text)
+            except ValueError:
+                raise ValueError(f"--param {name} takes a number, not {text!r}") from None
+    return out
+
+
+def cmd_paths(args):
+    """LAPS control plane: one host's PST and PIT (docs/laps_control.md)."""
+    from lbpipe.sim.laps import control, topology
+    params = _topology_params(args.param)
+    if args.topology in topology.BUILDERS:
+        graph = topology.build(args.topology, **params)
+    else:
+        links = {k: params.pop(k) for k in ("link_rate", "link_delay") if k in params}
+        if params:
+            raise ValueError(f"a topology file takes only --param link_rate/link_delay, not {sorted(params)[0]}")
+        graph = topology.read_topology(args.topology, **links)
+    options = dict(k=args.k, n_entries=args.n_entries, rule=args.rule, n_paths=args.paths,
+                   packet_bytes=args.packet_bytes, margin=args.margin, queue_packets=args.queue_packets)
+    if args.host == "all":
+        if args.json or args.ctl:
+            raise ValueError("--json and --ctl write one host's tables: name one --host")
+        sizes = {}
+        for host in topology.hosts(graph):
+            tables = control.host_tables(graph, host, **options)
+            sizes.setdefault((len(tables["pst"]), len(tables["pit"])), []).append(host)
+        for (n_pst, n_pit), names in sorted(sizes.items()):
+            print(f"{graph.graph.get('topology', 'file')}: {len(names)} of {len(topology.hosts(graph))} hosts have "
+                  f"{n_pst} PST entries and {n_pit} PIT entries")
+        return 0
+    for option, path in (("--json", args.json), ("--ctl", args.ctl)):
+        if path and pathlib.Path(path).is_dir():
+            raise ValueError(f"{path} is a directory; {option} names a file")
+    # everything is computed before the first directory or file is made: a refused command writes nothing
+    tables = control.host_tables(graph, args.host, **options)
+    commands = control.ctl_commands(tables) if args.ctl else None
+    json_out = _output_file(args.json) if args.json else None
+    ctl_out = _output_file(args.ctl) if args.ctl else None
+    print(control.summary(tables))
+    if json_out:
+        json_out.write_text(control.tables_json(tables))
+        print(f"tables written to {json_out}", file=sys.stderr)
+    if ctl_out:
+        from .trace import write_events
+        write_events(ctl_out, [{"ctl": c} for c in commands])
+        print(f"{len(commands)} control commands written to {ctl_out}", file=sys.stderr)
+    return 0
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog="lbpipe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -361,6 +421,26 @@ def _parser():
     p.add_argument("--backpressure", type=float, default=0.0, help="rtl: probability of output back-pressure")
     p.add_argument("--seed", type=int, default=1, help="rtl: seed of the idle/back-pressure generators")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("paths", help="LAPS control plane: a host's candidate paths, PST and PIT (print or write)")
+    p.add_argument("--topology", required=True, help="dragonfly, rail, fat-tree, leaf-spine, or a topology file "
+                                                     "(.graphml, .gml, .json node-link, .edgelist)")
+    p.add_argument("--host", required=True, help="host name, IP address or number (0-based), or 'all' for the "
+                                                 "table sizes of every host")
+    p.add_argument("--json", help="write the tables as JSON (docs/laps_control.md)")
+    p.add_argument("--ctl", help="write the ctl commands that load the PIT and PST (JSON Lines)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="topology parameter, e.g. groups=9, arity=4, link_delay=1000 (repeatable)")
+    p.add_argument("--k", type=int, default=8, help="PIT sub-tables = pid slots per PST entry (default 8)")
+    p.add_argument("--n-entries", type=int, default=8192, help="PIT entries, all sub-tables (default 8192)")
+    p.add_argument("--rule", choices=("auto", "paper", "kshortest"), default="auto",
+                   help="path rule: the paper's (dragonfly, rail) or k-shortest loopless paths (default auto)")
+    p.add_argument("--paths", type=int, help="kshortest: paths per destination (default --k)")
+    p.add_argument("--margin", choices=("paper", "simulator"), default="paper",
+                   help="baseVal queuing margin: 5 packets per switch (paper) or 1 per hop (simulator)")
+    p.add_argument("--queue-packets", type=int, help="packets in the margin instead of the margin's own count")
+    p.add_argument("--packet-bytes", type=int, default=1500, help="packet size of the serialisation terms")
+    p.set_defaults(func=cmd_paths)
     return parser
 
 

@@ -97,6 +97,7 @@ def _bad_inputs(tmp):
         "badctl.jsonl": '{"ctl": {"table": 0, "index": 16777216, "data": 0}}\n',
         "negctl.jsonl": '{"ctl": {"table": 0, "index": -1, "data": 0}}\n',
         "itemctl.jsonl": '{"item": {"kind": 1}}\n',
+        "broken.graphml": "<graphml><node id=",
     }
     for name, text in files.items():
         (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -146,6 +147,15 @@ def _bad_inputs(tmp):
         (["bench", "parser"], "parser has no benchmarks"),
         (["synth", "nope"], "unknown block 'nope'"),
         (["verilog", "all", "--param", "n_qps=4", "-o", f"{t}/v"], "--param applies to one block"),
+        (["paths", "--topology", "dragonfly", "--host", "h999", "--json", f"{t}/never/h.json"], "unknown host 'h999'"),
+        (["paths", "--topology", "rail", "--host", "64"], "host number 64 is out of range"),
+        (["paths", "--topology", f"{t}/missing.graphml", "--host", "0"], "missing.graphml: No such file or directory"),
+        (["paths", "--topology", f"{t}/broken.graphml", "--host", "0"], "broken.graphml: not a readable GraphML"),
+        (["paths", "--topology", f"{t}/text.pcap", "--host", "0"], "text.pcap: unknown topology file type"),
+        (["paths", "--topology", "dragonfly", "--host", "0", "--k", "4"], "need k >= 8 sub-tables"),
+        (["paths", "--topology", "fat-tree", "--host", "0", "--param", "arity=3"], "arity must be even"),
+        (["paths", "--topology", "dragonfly", "--host", "0", "--json", t], "is a directory; --json names a file"),
+        (["paths", "--topology", "rail", "--host", "all", "--ctl", f"{t}/never/c.jsonl"], "name one --host"),
     ]
 
 
