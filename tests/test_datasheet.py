@@ -13,20 +13,25 @@ from lbpipe.blocks import BLOCKS
 
 #: Latency in cycles, as each datasheet states it.
 DATASHEET_LATENCY = {
-    "themis-s": 4,          # docs/themis.md: "4 cycles"
+    "themis-s": 5,          # docs/themis.md: "5 cycles"
     "themis-d": 5,          # docs/themis.md: "5 cycles"
     "qp-classifier": 6,     # docs/qp_classifier.md: "latency 6"
     "parser": 7,            # docs/packet_io.md: "7 cycles after the frame's last beat"
-    "deparser": 27,         # docs/packet_io.md: "27 cycles from a frame's action to its first beat out"
+    "deparser": 28,         # docs/packet_io.md: "28 cycles from a frame's action to its first beat out"
+    "themis-s-wire": 41,    # docs/packet_io.md: "cut-through: 41 cycles from a frame's first beat in to ..."
     "compensator": 1,       # docs/packet_io.md: "1 cycle from the frame buffer to m_axis"
-    "laps-editor": 8,       # docs/packet_io.md: "8 stages from the frame buffer to m_axis"
+    "laps-editor": 10,      # docs/packet_io.md: "10 stages from the frame buffer to m_axis"
     "themis-d-wire": 20,    # docs/packet_io.md: "20 cycles from a data frame's last beat to its first beat out"
+    "laps-pst": 6,          # docs/laps_pst.md: "6 cycles"
+    "laps-pit": 5,          # docs/laps_pit.md: "5 cycles"
+    "laps-softmax": 19,     # docs/laps_softmax.md: "19 cycles" (16 + ceil(log2 K) at K = 8)
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
 DATASHEET_LEVELS = {
-    "themis-s": 4, "themis-d": 7, "qp-classifier": 6, "parser": 5, "deparser": 6, "compensator": 5,
-    "laps-editor": 10, "themis-s-wire": 6, "themis-d-wire": 7,
+    "themis-s": 4, "themis-d": 6, "qp-classifier": 6, "parser": 5, "deparser": 6, "compensator": 4,
+    "laps-editor": 6, "themis-s-wire": 6, "themis-d-wire": 7,
+    "laps-pst": 4, "laps-pit": 6, "laps-softmax": 4,
 }
 
 
@@ -51,14 +56,14 @@ def test_logic_levels_are_the_datasheets(name, tmp_path):
     from lbpipe.synth import synthesize
     block = BLOCKS[name]
     report = synthesize(block.build(**block.defaults()), name=name.replace("-", "_"), workdir=tmp_path / name,
-                        nolutram=block.synth_nolutram)
+                        nolutram=block.synth_nolutram, wrapped=False)
     assert report["logic_levels"] == DATASHEET_LEVELS[name], (
         f"{name}: {report['logic_levels']} levels, the datasheet says {DATASHEET_LEVELS[name]}: "
         f"{report.get('critical_path')}")
 
 
 def test_themis_d_hold_cycles_are_the_datasheets():
-    """docs/themis.md: a NACK with a flow-table hit holds the read-modify-write stage ``scanned + 6`` cycles (3 when
+    """docs/themis.md: a NACK with a flow-table hit holds the read-modify-write stage ``scanned + 8`` cycles (3 when
     its queue is empty); every other item 1. The harness checks the RTL cycle by cycle against the golden model's
     ``cycles``, so pinning ``cycles`` here to the datasheet's formula pins the RTL's timing to it."""
     from lbpipe.sim.themis.themis_d import ThemisD
@@ -74,4 +79,4 @@ def test_themis_d_hold_cycles_are_the_datasheets():
     cycles = [model.cycles(out) for out in seen]
     nack_out = seen[5]
     assert nack_out["scanned"] > 0
-    assert cycles == [1] * 5 + [nack_out["scanned"] + 6, 3, 1]
+    assert cycles == [1] * 5 + [nack_out["scanned"] + 8, 3, 1]
