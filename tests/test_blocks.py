@@ -56,6 +56,6 @@ def test_reset_state(name):
 def test_rtl_regression(name, seed):
     rng = random.Random(seed)
     params = BLOCKS[name].random_params(rng)
-    events = BLOCKS[name].trace_generator()(seed, 4000, **params)
+    events = BLOCKS[name].trace_generator()(seed, BLOCKS[name].regression_items, **params)
     out = run_rtl(name, params, events, idle=rng.random() * 0.4, backpressure=rng.random() * 0.6, seed=seed)
     assert out == run_golden(name, params, events)
