@@ -143,3 +143,11 @@ BLOCKS.append(Block(
     report_extra=_softmax_extra,
 ))
 
+
+
+# -- AIMD rate controller (laps-aimd) ---------------------------------------------------------------------------------
+# (entry appended below by the rate-controller work)
+
+
+# -- pacer (laps-pacer) -----------------------------------------------------------------------------------------------
+# (entry appended below by the pacer work)
