@@ -148,6 +148,76 @@ BLOCKS.append(Block(
 # -- AIMD rate controller (laps-aimd) ---------------------------------------------------------------------------------
 # (entry appended below by the rate-controller work)
 
+def _aimd_extra(params, component):
+    bits = component.memory_bits // params["n_flows"]
+    scale = "; ".join(f"{n // 1024}K: {n * bits / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 12, 1 << 14, 1 << 16))
+    return {"State memory": f"{component.memory_bits} bits: {params['n_flows']} flows x {bits} bits (rates: valid, "
+                            f"two window-open flags, 4-bit stage, current and expected rate 32 bits each; deadlines: "
+                            f"next-decrease and next-increase 48 bits each, a write enable each)",
+            "Latency": f"{component.latency} cycles, one ACK per clock (same flow back to back included)",
+            "Scale (state linear in flows; at 64K a URAM-sized table: Yosys maps it to URAM only with -uram)": scale,
+            "Paper, Table V rate-limiting row": "3,012 LUT, 3,866 FF, 119 CARRY8, 8 BRAM (Vivado; lbpipe counts "
+                                                "Yosys LUT cells)"}
+
+
+BLOCKS.append(Block(
+    name="laps-aimd",
+    summary="LAPS per-flow AIMD rate controller: one ACK per clock, rates in kbit/s, paper and simulator windows",
+    paper_ref="LAPS (IEEE ToN), section III-F, Algorithm 2, Table V",
+    params=[
+        Param("n_flows", 1024, "flows, a power of two from 2 to 65536"),
+        Param("k", 8, "candidate path slots per ACK, 1 to 32"),
+        Param("stages", 5, "N: linear increases before the hyper increase, 1 to 14"),
+        Param("variant", "paper", "paper: Algorithm 2 with the text's window intent; sim: the authors' simulator "
+                                  "(now > next, 1 Gb/s increase floor, 2 x T increase window)",
+              choices=("paper", "sim")),
+        Param("line_rate", 100_000_000, "highest rate, kbit/s (reset value; ctl table 2)"),
+        Param("min_rate", 100_000, "lowest rate, kbit/s (reset value; ctl table 3)"),
+    ],
+    build=load("lbpipe.hdl.laps.aimd:Aimd"),
+    golden=load("lbpipe.sim.laps.aimd:Aimd"),
+    test_params=[
+        dict(n_flows=16, k=4, stages=5, variant="paper", line_rate=100_000_000, min_rate=100_000),
+        dict(n_flows=8, k=3, stages=2, variant="sim", line_rate=40_000_000, min_rate=1_000_000),
+        dict(n_flows=1024, k=8, stages=5, variant="paper", line_rate=100_000_000, min_rate=100_000),
+    ],
+    regression_items=1000,
+    random_params=lambda rng: dict(n_flows=1 << rng.randrange(1, 8), k=rng.randrange(1, 9),
+                                   stages=rng.randrange(1, 15), variant=rng.choice(["paper", "sim"]),
+                                   line_rate=(line := rng.randrange(1, 1 << 32)), min_rate=rng.randrange(0, line + 1)),
+    tb_module="lbpipe.tb.laps.test_aimd",
+    trace="lbpipe.sim.laps.aimd:aimd_trace",
+    doc="docs/laps_aimd.md",
+    paper={"LUT": 3012, "FF": 3866, "CARRY8": 119, "BRAM": 8},
+    report_extra=_aimd_extra,
+))
+
 
 # -- pacer (laps-pacer) -----------------------------------------------------------------------------------------------
 # (entry appended below by the pacer work)
+
+def _pacer_extra(params, component):
+    return {"Latency": f"{component.latency} cycles, one decision and one rate update per clock",
+            "Per-flow memory": f"{component.memory_bits} bits: state 80 bits (exists, fresh, 30-bit tokens, 48-bit "
+                               f"last), rate 32, bucket 16, a copy of exists for the rate stream 1",
+            "Paper, Table V rate-limiting row": "3,012 LUT, 3,866 FF, 119 CARRY8, 8 BRAM (the AIMD controller and "
+                                                "the pacer together; Vivado LUTs, lbpipe counts Yosys LUT cells)"}
+
+
+BLOCKS.append(Block(
+    name="laps-pacer",
+    summary="LAPS transmit-side pacer: per-flow token bucket, one decision and one rate update per clock",
+    paper_ref="LAPS (IEEE ToN), section III-F, Table V",
+    params=[Param("n_flows", 1024, "flows, a power of two from 2 to 65536")],
+    build=load("lbpipe.hdl.laps.pacer:Pacer"),
+    golden=load("lbpipe.sim.laps.pacer:Pacer"),
+    streams=("rate",),
+    test_params=[dict(n_flows=16), dict(n_flows=2), dict(n_flows=1024)],
+    regression_items=1000,
+    random_params=lambda rng: dict(n_flows=1 << rng.randrange(1, 9)),
+    tb_module="lbpipe.tb.laps.test_pacer",
+    trace="lbpipe.sim.laps.pacer:pacer_trace",
+    doc="docs/laps_pacer.md",
+    paper={"LUT": 3012, "FF": 3866, "CARRY8": 119, "BRAM": 8},
+    report_extra=_pacer_extra,
+))
