@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 
 from lbpipe.hdl.lib.axil import ControlBridge
 
-__all__ = ["AxiLiteTop", "FlatTop"]
+__all__ = ["AxiLiteTop", "StreamsTop", "FlatTop"]
 
 
 def _axil_ports(bridge):
@@ -84,6 +84,39 @@ class AxiLiteTop(Elaboratable):
             block.o.ready.eq(self.out_ready),
         ]
         _connect_axil(m, bridge, self.axil)
+        return m
+
+
+class StreamsTop(AxiLiteTop):
+    """:class:`AxiLiteTop` plus flat ``<name>_valid``, ``<name>_ready`` and ``<name>_payload`` ports for each extra
+    input stream of the block (the LAPS PIT's ``upd``), the payload bits in the stream's layout order.
+
+    Parameters
+    ----------
+    block : wiring.Component
+        The block: ``i``, ``o``, ``ctl`` and the input streams ``streams``.
+    streams : iterable of str
+        Names of the block's extra input stream ports.
+    addr_width : int
+        AXI4-Lite address width.
+    """
+
+    def __init__(self, block, streams, **kwargs):
+        super().__init__(block, **kwargs)
+        self.streams = {}
+        for name in streams:
+            shape = block.signature.members[name].signature.members["payload"].shape
+            self.streams[name] = (Signal(name=f"{name}_valid"), Signal(name=f"{name}_ready"),
+                                  Signal(Shape.cast(shape).width, name=f"{name}_payload"))
+
+    def ports(self):
+        return [*super().ports(), *(sig for trio in self.streams.values() for sig in trio)]
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        for name, (valid, ready, payload) in self.streams.items():
+            port = getattr(self.block, name)
+            m.d.comb += [port.valid.eq(valid), port.payload.as_value().eq(payload), ready.eq(port.ready)]
         return m
 
 

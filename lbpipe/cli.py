@@ -141,8 +141,70 @@ def _payload_layouts(component):
     return out
 
 
+def _sweep_values(block, text):
+    """``--sweep NAME=V1,V2,...``: the parameter's name and its values, parsed and distinct, in the order given."""
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise ValueError(f"--sweep takes NAME=V1,V2,..., not {text!r}")
+    items = values.split(",")
+    if any(not v.strip() for v in items):
+        raise ValueError(f"--sweep {name}: empty value in {values!r}")
+    parsed = [parse_params(block, [f"{name}={v.strip()}"])[name] for v in items]
+    if len(set(parsed)) != len(parsed):
+        raise ValueError(f"--sweep {name}: a value is repeated in {values!r}")
+    return name, parsed
+
+
+def _synth_sweep(args):
+    """``lbpipe synth BLOCK --sweep NAME=V1,V2,... [--sweep NAME2=W1,W2,...]``: the bare core at each point (several
+    ``--sweep`` move together, value by value), one synthesis after the other, into one table (``OUT/sweep.md``,
+    ``OUT/sweep.json``; each run's files in ``OUT/sweep/NAME=V``)."""
+    from .synth import synthesize, write_sweep
+    if args.block == "all":
+        raise ValueError("--sweep applies to one block, not 'all'")
+    block = get_block(args.block)
+    swept = [_sweep_values(block, text) for text in args.sweep]
+    names = [name for name, _ in swept]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--sweep names a parameter twice: {', '.join(names)}")
+    if len({len(values) for _, values in swept}) != 1:
+        raise ValueError("--sweep parameters move together: give each the same number of values ("
+                         + ", ".join(f"{name} {len(values)}" for name, values in swept) + ")")
+    base = parse_params(block, args.param)
+    for name in names:
+        if name in base:
+            raise ValueError(f"--sweep {name} and --param {name} both set {name}")
+    # every point is checked before the first synthesis: a refused sweep writes nothing
+    points = []
+    for values in zip(*(values for _, values in swept)):
+        point = dict(zip(names, values))
+        params = block.resolve(dict(base, **point))
+        label = ",".join(f"{name}={value}" for name, value in point.items())
+        try:
+            block.check(params)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--sweep {label}: {_one_line(exc)}") from None
+        points.append((point, label, params))
+    out = pathlib.Path(args.output or f"build/reports/{args.block}")
+    progress = Progress(len(points))
+    reports = []
+    for point, label, params in points:
+        component = block.build(**params)
+        with progress.step(f"{block.name} {label}: yosys synth_xilinx -family xcup (bare core)"):
+            report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / "sweep" / label,
+                                nolutram=block.synth_nolutram, wrapped=False, uram=args.uram)
+        report["block"], report["params"] = block.name, params
+        reports.append((point, report))
+    md, js = write_sweep(block.name, names, reports, out, fixed=points[0][2])
+    print(pathlib.Path(md).read_text())
+    progress.say(f"sweep: {md}, {js}")
+    return 0
+
+
 def cmd_synth(args):
     from .synth import synthesize, write_reports
+    if args.sweep:
+        return _synth_sweep(args)
     blocks = _selected(args.block)
     if args.param and len(blocks) > 1:
         raise ValueError("--param applies to one block, not 'all'")
@@ -159,7 +221,7 @@ def cmd_synth(args):
         component = block.build(**params)
         with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
             report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
-                                nolutram=block.synth_nolutram)
+                                nolutram=block.synth_nolutram, uram=args.uram)
         report["block"] = block.name
         report["params"] = params
         report["extra"] = dict(block.report_extra(params, component)) if block.report_extra else {}
@@ -394,6 +456,13 @@ def _parser():
                                            "build/reports/BLOCK for one block)")
     p.add_argument("-j", "--jobs", type=int, default=0,
                    help="blocks synthesized at a time (default: one per CPU core)")
+    p.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="synthesize the bare core once per value of a parameter, one after the other, into one "
+                        "table (OUT/sweep.md), e.g. --sweep n_entries=1024,4096,16384,65536; repeated, the "
+                        "parameters move together (same number of values each)")
+    p.add_argument("--uram", action="store_true",
+                   help="let Yosys map large memories to UltraRAM (synth_xilinx -uram), as a U280 build of "
+                        "64K-entry tables would")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")

@@ -114,45 +114,14 @@ def _complete_ctl(cmd):
 
 def build_top(block, params):
     """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
-    build it: :class:`AxiLiteTop` for metadata blocks, :class:`FlatTop` for packet I/O stages."""
-    from lbpipe.boards.top import AxiLiteTop, FlatTop
+    build it: :class:`AxiLiteTop` for metadata blocks (:class:`StreamsTop` when they take extra input streams),
+    :class:`FlatTop` for packet I/O stages."""
+    from lbpipe.boards.top import AxiLiteTop, FlatTop, StreamsTop
     block = resolve_block(block)
     component = block.build(**block.resolve(params))
     if block.is_meta and block.streams:
-        return _StreamsTop(component, block.streams)
+        return StreamsTop(component, block.streams)
     return AxiLiteTop(component) if block.is_meta else FlatTop(component)
-
-
-def _streams_top_class():
-    from amaranth import Signal
-    from lbpipe.boards.top import AxiLiteTop
-
-    class StreamsTop(AxiLiteTop):
-        """:class:`AxiLiteTop` plus ``<name>_valid/_ready/_payload`` for each extra input stream of the block."""
-
-        def __init__(self, block, streams, **kwargs):
-            super().__init__(block, **kwargs)
-            self.streams = {}
-            for name in streams:
-                shape = block.signature.members[name].signature.members["payload"].shape
-                self.streams[name] = (Signal(name=f"{name}_valid"), Signal(name=f"{name}_ready"),
-                                      Signal(shape.size, name=f"{name}_payload"))
-
-        def ports(self):
-            return [*super().ports(), *(sig for trio in self.streams.values() for sig in trio)]
-
-        def elaborate(self, platform):
-            m = super().elaborate(platform)
-            for name, (valid, ready, payload) in self.streams.items():
-                port = getattr(self.block, name)
-                m.d.comb += [port.valid.eq(valid), port.payload.as_value().eq(payload), ready.eq(port.ready)]
-            return m
-    return StreamsTop
-
-
-def _StreamsTop(component, streams):
-    # Belongs in boards/top.py beside AxiLiteTop; kept here until that file takes it.
-    return _streams_top_class()(component, streams)
 
 
 def top_verilog(block, params, directory=None):

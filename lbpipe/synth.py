@@ -52,7 +52,8 @@ from . import levels as _levels
 
 from lbpipe.boards.u280 import CAPACITY
 
-__all__ = ["U280", "synthesize", "user_top", "percent_of_u280", "format_markdown", "write_reports", "FOOTNOTE"]
+__all__ = ["U280", "synthesize", "user_top", "percent_of_u280", "format_markdown", "write_reports", "format_sweep",
+           "write_sweep", "FOOTNOTE"]
 
 
 #: Capacity of the xcu280 (Alveo U280). A RAMB18 is half a RAMB36 tile.
@@ -130,13 +131,20 @@ def _run_yosys(workdir, script_name, log_name, timeout):
 
 def user_top(component):
     """``component`` as ``lbpipe verilog`` writes it: :class:`AxiLiteTop` for a block with ``i``, ``o`` and ``ctl``
-    stream ports (the metadata blocks), :class:`FlatTop` for any other (the packet I/O stages)."""
-    from lbpipe.boards.top import AxiLiteTop, FlatTop
+    stream ports (the metadata blocks), :class:`StreamsTop` when such a block takes more input streams (the LAPS
+    PIT's ``upd``), :class:`FlatTop` for any other (the packet I/O stages)."""
+    from amaranth.lib import stream
+    from lbpipe.boards.top import AxiLiteTop, FlatTop, StreamsTop
     members = component.signature.members
-    return AxiLiteTop(component) if {"i", "o", "ctl"} <= set(members) else FlatTop(component)
+    if not {"i", "o", "ctl"} <= set(members):
+        return FlatTop(component)
+    extra = [name for name, member in members.items()
+             if name not in ("i", "ctl") and member.is_signature and member.flow == wiring.In
+             and isinstance(member.signature, stream.Signature)]
+    return StreamsTop(component, extra) if extra else AxiLiteTop(component)
 
 
-def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeout=3600, wrapped="auto"):
+def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeout=3600, wrapped="auto", uram=False):
     """Synthesize ``elaboratable`` out of context for the U280 and return its resource figures.
 
     Parameters
@@ -151,6 +159,9 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
     nolutram : bool
         Pass ``-nolutram`` to ``synth_xilinx``: needed for single-port memories of depth 512 to 8192, on which
         Yosys crashes when mapping LUTRAM (STYLE.md).
+    uram : bool
+        Pass ``-uram`` to ``synth_xilinx``: large memories may map to UltraRAM (URAM288, 4K x 72 bit) instead of
+        block RAM; the size sweeps of tables beyond 16K entries use it (``lbpipe synth --uram``).
     ports : list or dict, optional
         Passed to :func:`amaranth.back.rtlil.convert`.
     timeout : float
@@ -180,15 +191,15 @@ def synthesize(elaboratable, *, name, workdir, nolutram=False, ports=None, timeo
     if wrapped == "auto":
         wrapped = isinstance(elaboratable, wiring.Component) and "ctl" in elaboratable.signature.members
     report = _synthesize_one(elaboratable, name=name, workdir=workdir, nolutram=nolutram, ports=ports,
-                             timeout=timeout)
+                             timeout=timeout, uram=uram)
     if wrapped:
         top = user_top(elaboratable)
         report["top"] = _synthesize_one(top, name=f"{name}_top", workdir=pathlib.Path(workdir) / "top",
-                                        nolutram=nolutram, ports=top.ports(), timeout=timeout)
+                                        nolutram=nolutram, ports=top.ports(), timeout=timeout, uram=uram)
     return report
 
 
-def _synthesize_one(elaboratable, *, name, workdir, nolutram, ports, timeout):
+def _synthesize_one(elaboratable, *, name, workdir, nolutram, ports, timeout, uram=False):
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -203,7 +214,8 @@ def _synthesize_one(elaboratable, *, name, workdir, nolutram, ports, timeout):
         (workdir / stale).unlink(missing_ok=True)
     script = "\n".join([
         f"read_rtlil {name}.il",
-        f"synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top {name}" + (" -nolutram" if nolutram else ""),
+        f"synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top {name}" + (" -nolutram" if nolutram else "")
+        + (" -uram" if uram else ""),
         "tee -q -o stat.json stat -json",
         # Only the top module: the full dump also carries every Xilinx primitive as a blackbox (about 13 MB).
         f"select {name}",
@@ -418,5 +430,54 @@ def write_reports(reports, outdir, paper=None):
         if report.get("top"):
             record["top"] = dict(report["top"], u280_percent=percent_of_u280(report["top"]))
         records.append(record)
+    json_path.write_text(json.dumps(records, indent=2) + "\n")
+    return md_path, json_path
+
+
+_SWEEP_COLUMNS = [
+    ("lut", "LUT"), ("lutram", "LUTRAM"), ("ff", "FF"), ("carry8", "CARRY8"), ("bram", "BRAM (RAMB36 + RAMB18)"),
+    ("uram", "URAM"), ("dsp", "DSP"), ("logic_levels", "Logic levels"), ("memory", "Memory bits (BRAM + URAM)"),
+    ("seconds", "Yosys s"),
+]
+
+
+def _sweep_cell(report, key):
+    if key == "bram":
+        tiles = report.get("ramb36", 0) + report.get("ramb18", 0) / 2
+        return f"{tiles:g} ({report.get('ramb36', 0)} + {report.get('ramb18', 0)})"
+    if key == "memory":
+        return f"{report.get('bram_bits', 0) + report.get('uram_bits', 0):,}"
+    if key == "seconds":
+        return f"{report.get('seconds', 0):.0f}"
+    value = report.get(key, 0)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def format_sweep(block, names, reports, fixed=None):
+    """One Markdown table of a parameter sweep: a row per point (``reports``: ``(point, report)`` pairs in sweep
+    order, ``point`` the swept parameters' values ``{name: value}``, each report as :func:`synthesize` returns it
+    for the bare core), a column per swept parameter ``names``, the other parameters ``fixed`` named above.
+
+    BRAM is in RAMB36 tiles, ``ramb36 + ramb18 / 2`` (the two counts in brackets); memory bits are the capacity of
+    the block RAM and UltraRAM primitives used, not the bits stored."""
+    others = ", ".join(f"{k}={v}" for k, v in sorted((fixed or {}).items()) if k not in names)
+    lines = [f"Sweep of {', '.join(f'`{n}`' for n in names)} for `{block}`" + (f" ({others})" if others else "")
+             + ": bare core, one synthesis per row.", "",
+             "| " + " | ".join(names) + " | " + " | ".join(header for _, header in _SWEEP_COLUMNS) + " |",
+             "|---" * (len(_SWEEP_COLUMNS) + len(names)) + "|"]
+    for point, report in reports:
+        lines.append("| " + " | ".join(str(point[n]) for n in names) + " | "
+                     + " | ".join(_sweep_cell(report, key) for key, _ in _SWEEP_COLUMNS) + " |")
+    return "\n".join(lines) + f"\n\n{FOOTNOTE}\n"
+
+
+def write_sweep(block, names, reports, outdir, fixed=None):
+    """Write ``outdir/sweep.md`` (:func:`format_sweep`) and ``outdir/sweep.json`` (the reports, each with its
+    ``sweep`` point); return ``(md_path, json_path)``."""
+    outdir = pathlib.Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = outdir / "sweep.md", outdir / "sweep.json"
+    md_path.write_text(format_sweep(block, names, reports, fixed))
+    records = [dict(report, sweep=point, u280_percent=percent_of_u280(report)) for point, report in reports]
     json_path.write_text(json.dumps(records, indent=2) + "\n")
     return md_path, json_path

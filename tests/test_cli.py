@@ -71,6 +71,42 @@ def test_synth_prints_the_table(tmp_path, capsys):
     assert report["params"]["n_paths"] == 16 and report["lut"] > 0 and report["ff"] > 0
 
 
+def test_synth_sweep_writes_one_row_per_value(tmp_path, capsys):
+    assert main(["synth", "themis-s", "--sweep", "n_paths=4,8", "-o", str(tmp_path)]) == 0
+    table = (tmp_path / "sweep.md").read_text()
+    rows = [line for line in table.splitlines() if re.match(r"\| (4|8) \|", line)]
+    assert [row.split("|")[1].strip() for row in rows] == ["4", "8"]
+    assert "| n_paths | LUT |" in table and "Logic levels" in table and "URAM" in table
+    records = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r["sweep"] for r in records] == [{"n_paths": 4}, {"n_paths": 8}]
+    assert all(r["params"]["n_paths"] == r["sweep"]["n_paths"] and r["lut"] > 0 for r in records)
+    assert "[2/2] themis-s n_paths=8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sweep", "n_entries"], "--sweep takes NAME=V1,V2,..., not 'n_entries'"),
+    (["--sweep", "n_entries="], "--sweep takes NAME=V1,V2,..., not 'n_entries='"),
+    (["--sweep", "n_entries=1024,,4096"], "empty value"),
+    (["--sweep", "colour=1,2"], "has no parameter 'colour'"),
+    (["--sweep", "n_entries=1024,lots"], "takes an integer, not 'lots'"),
+    (["--sweep", "n_entries=1024,1024"], "a value is repeated"),
+    (["--sweep", "n_entries=1024,1000"], "--sweep n_entries=1000: laps-pit: n_entries // k must be a power of two"),
+    (["--sweep", "n_entries=1024,4096", "--sweep", "k=8"], "same number of values"),
+    (["--sweep", "n_entries=1024", "--sweep", "n_entries=4096"], "names a parameter twice"),
+    (["--sweep", "k=4,8", "--param", "k=2"], "--sweep k and --param k both set k"),
+])
+def test_synth_sweep_refuses_bad_input_in_one_line(tmp_path, capsys, args, message):
+    assert main(["synth", "laps-pit", *args, "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists(), "a refused sweep created its output directory"
+
+
+def test_synth_sweep_is_for_one_block(tmp_path, capsys):
+    assert main(["synth", "all", "--sweep", "k=1,2", "-o", str(tmp_path / "out")]) == 2
+    assert "--sweep applies to one block, not 'all'" in capsys.readouterr().err
+
+
 def test_bench_measures_one_item_per_clock(tmp_path, capsys):
     assert main(["bench", "themis-s", "--param", "n_paths=5", "-o", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "bench.json").read_text())

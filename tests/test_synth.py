@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 from lbpipe.hdl.lib.control import ControlSignature
 
 from lbpipe.levels import analyse, carry4_chains, logic_levels
-from lbpipe.synth import FOOTNOTE, U280, format_markdown, percent_of_u280, synthesize, write_reports
+from lbpipe.synth import (FOOTNOTE, U280, format_markdown, percent_of_u280, synthesize, write_reports,
+                          write_sweep)
 
 
 # --- hand-written netlists ----------------------------------------------------------------------------------
@@ -263,6 +264,29 @@ def test_percent_of_u280_counts_lutram_sites_and_bram_tiles():
     assert pct["bram"] == pytest.approx(100 * 4 / 2016)
     assert pct["dsp"] == pytest.approx(100 * 9 / 9024)
     assert U280["ramb18"] == 2 * U280["ramb36"]
+
+
+def test_sweep_table_one_row_per_point_with_bram_tiles(tmp_path):
+    small = {"lut": 100, "lutram": 2, "ff": 50, "carry8": 3, "ramb36": 1, "ramb18": 3, "uram": 0, "dsp": 0,
+             "logic_levels": 4, "bram_bits": 36864 + 3 * 18432, "uram_bits": 0, "seconds": 9.4}
+    big = dict(small, lut=1234, ramb36=10, ramb18=0, uram=2, bram_bits=10 * 36864, uram_bits=2 * 294912,
+               logic_levels=5)
+    md, js = write_sweep("blk", ["n", "m"], [({"n": 1, "m": 8}, small), ({"n": 4, "m": 32}, big)], tmp_path,
+                         fixed={"n": 1, "m": 8, "k": 3})
+    lines = md.read_text().splitlines()
+    assert lines[0].startswith("Sweep of `n`, `m` for `blk` (k=3)")
+    header = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert header[:4] == ["n", "m", "LUT", "LUTRAM"] and "URAM" in header and "Logic levels" in header
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in lines[4:6]]
+    cell = dict(zip(header, rows[0]))
+    # 1 RAMB36 + 3 RAMB18 = 2.5 tiles; 1 x 36,864 + 3 x 18,432 = 92,160 bits
+    assert (cell["n"], cell["LUT"], cell["BRAM (RAMB36 + RAMB18)"], cell["Memory bits (BRAM + URAM)"]) == (
+        "1", "100", "2.5 (1 + 3)", "92,160")
+    cell = dict(zip(header, rows[1]))
+    assert (cell["LUT"], cell["URAM"], cell["Logic levels"], cell["Memory bits (BRAM + URAM)"]) == (
+        "1,234", "2", "5", "958,464")
+    assert FOOTNOTE in md.read_text()
+    assert [r["sweep"] for r in json.loads(js.read_text())] == [{"n": 1, "m": 8}, {"n": 4, "m": 32}]
 
 
 def test_format_markdown_rows_paper_extras_and_footnote(tmp_path):
