@@ -499,6 +499,19 @@ def test_rtl_probing_under_a_controlled_clock(rule):
                        (1, 1, 2000, 6000)]
 
 
+def test_rtl_max_rule_with_no_finite_path_waits_for_twice_infinity():
+    """max rule, through the RTL: both valid paths at infinity, so M is infinity and a path is stale only when
+    now - time > 2 x (2**32 - 1) = 0x1_FFFF_FFFE ns (datasheet, Active probing); a path that is invalid (pid 33,
+    real_val 10) does not count for M either. The probe doubles infinity to infinity."""
+    p = dict(P64, probe_rule="max")
+    ev = _setup(_entry(1, 10, real=INF), _entry(17, 10, real=INF), _entry(33, 10, valid=0), **p)
+    ev += [_look(0x1_FFFF_FFFE, [1, 17, 33, 0]), _look(0x1_FFFF_FFFF, [1, 17, 33, 0])]
+    out = run_rtl("laps-pit", p, ev)
+    assert out[0]["probe_valid"] == 0
+    assert out[1]["probe_valid"] == 1 and out[1]["probe_slot"] in (0, 1)
+    assert (out[1]["real_val0"], out[1]["real_val1"]) == (INF, INF)
+
+
 def test_lookup_right_after_a_commit_waits_a_clock_and_sees_it():
     """A commit (ctl table 4) is written in the clock after its command, which takes no lookup or update (datasheet,
     Control): a lookup offered at once is taken one clock later and reads the committed entry (real_val 700, stale

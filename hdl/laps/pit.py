@@ -135,7 +135,8 @@ class Pit(wiring.Component):
     probe_rule : str
         ``"paper"``: stale when ``now - time > 2 x real_val`` (Algorithm 1); ``"max"``: stale when
         ``now - time > 2 x`` the largest finite real_val of the destination's valid, not held-off paths (the
-        authors' simulator).
+        authors' simulator; every slot's elapsed time is compared with twice every slot's real_val in X3, and is 8
+        logic levels deep at k = 8, over the budget: datasheet).
     lfsr_seed : int
         Reset value of the 16-bit LFSR that picks the probed path.
 
@@ -254,11 +255,13 @@ class Pit(wiring.Component):
                         hi0=[Signal(TIME_BITS - _HALF, name=f"x3_e_hi0_{j}") for j in range(k)],
                         hi1=[Signal(TIME_BITS - _HALF, name=f"x3_e_hi1_{j}") for j in range(k)],
                         real=[Signal(VAL_BITS, name=f"x3_real{j}") for j in range(k)],
-                        phm=[Signal(k, name=f"x3_ph{n}_match") for n in range(HOLDOFF)])
+                        phm=[Signal(k, name=f"x3_ph{n}_match") for n in range(HOLDOFF)],
+                        peq=Signal(k, name="x3_x5_index_eq"), ueq=Signal(k, name="x3_x5_upd_index_eq"))
         st["x4"].update(stale=Signal(k, name="x4_stale_mem"), hold=Signal(k, name="x4_hold"),
-                        eqp=Signal(k, name="x4_eqp"), ahead=[Signal(k, name=f"x4_ahead{j}") for j in range(k)],
-                        e=[Signal(TIME_BITS, name=f"x4_elapsed{j}") for j in range(k)],
-                        real=[Signal(VAL_BITS, name=f"x4_real{j}") for j in range(k)])
+                        eqp=Signal(k, name="x4_eqp"), ueq=Signal(k, name="x4_x5_upd_index_eq"),
+                        amask=Signal(k, name="x4_ahead_of_upd"), fin=Signal(k, name="x4_finite"),
+                        cmp=[Signal(k, name=f"x4_exceeds{j}") for j in range(k)],
+                        cinf=Signal(k, name="x4_exceeds_inf"), ahead=[Signal(k, name=f"x4_ahead{j}") for j in range(k)])
         st["x5"].update(valid=Signal(name="x5_valid"), u_ok=Signal(name="x5_u_ok"), u_we=Signal(k, name="x5_u_we"),
                         p_we=Signal(k, name="x5_p_we"), p_valid=Signal(name="x5_p_valid"),
                         conflict=Signal(name="x5_conflict"), phase=Signal(name="x5_phase"),
@@ -371,6 +374,14 @@ class Pit(wiring.Component):
             with m.If(adv):
                 for n in range(HOLDOFF):
                     m.d.sync += x3["phm"][n][j].eq(Mux(x5["lk"], leaving if n == 0 else match[n - 1], match[n]))
+        # Index matches X5 will need against this lookup once it is in X3 (the snoop, the hold-off): the stages
+        # move together, so X4 against X2 now is X5 against X3 then, and stays so while they hold.
+        x4 = st["x4"]
+        with m.If(adv):
+            for j in range(self._k):
+                index = self._index(x2["item"][f"pid{j}"])
+                m.d.sync += [x3["peq"][j].eq(self._index(x4["item"][f"pid{j}"]) == index),
+                             x3["ueq"][j].eq(self._index(x4["upd"].pid) == index)]
         with m.If(adv):
             m.d.sync += [x3["v"].eq(x2["v"]),
                          x3["live"].eq(Cat(x2["slot_ok"][j] & x2["d"][j].valid for j in range(self._k)))]
@@ -384,6 +395,20 @@ class Pit(wiring.Component):
                     x3["real"][j].eq(x2["d"][j].real),
                 ]
 
+    @staticmethod
+    def _exceeds(x3, j, r):
+        """Slot ``j``'s elapsed time > ``2 x r`` (``r`` 32 bits), from X3's halves: the high half compared both ways
+        (without and with the low half's borrow), one picked, then the low half."""
+        r_lo, r_hi = Cat(Const(0, 1), r[:_HALF - 1]), r[_HALF - 1:]          # 2 x r, 33 bits
+        w = len(r_hi)
+        gt, eq = [], []
+        for hi in (x3["hi0"][j], x3["hi1"][j]):
+            top = hi[w:] != 0
+            gt.append(top | (hi[:w] > r_hi))
+            eq.append(~top & (hi[:w] == r_hi))
+        nb = x3["nb"][j]
+        return Mux(nb, gt[0], gt[1]) | (Mux(nb, eq[0], eq[1]) & (x3["e_lo"][j] > r_lo))
+
     def _stale_stage(self, m, adv, dval, stat, st):
         """X3: the stale test of each slot on its ``dstale`` data, ``elapsed > 2 x real_val`` as a 24-bit high-half
         and a 24-bit low-half comparison; the probe hold-off of the lookups ahead; the ``dval`` and ``S_j`` reads."""
@@ -392,27 +417,22 @@ class Pit(wiring.Component):
         for j in range(k):
             for rd in (dval[j][0], stat[j][0]):
                 m.d.comb += [rd.addr.eq(self._index(x3["item"][f"pid{j}"])), rd.en.eq(adv)]
-        stale = []
-        for j in range(k):
-            r = x3["real"][j]
-            r_lo, r_hi = Cat(Const(0, 1), r[:_HALF - 1]), r[_HALF - 1:]          # 2 x real_val, 33 bits
-            w = len(r_hi)
-            # the high half compared both ways (without and with the low half's borrow), then one picked
-            gt, eq = [], []
-            for hi in (x3["hi0"][j], x3["hi1"][j]):
-                top = hi[w:] != 0
-                gt.append(top | (hi[:w] > r_hi))
-                eq.append(~top & (hi[:w] == r_hi))
-            nb = x3["nb"][j]
-            stale.append(Mux(nb, gt[0], gt[1]) | (Mux(nb, eq[0], eq[1]) & (x3["e_lo"][j] > r_lo)))
+        stale = [self._exceeds(x3, j, x3["real"][j]) for j in range(k)]
+        if self._probe_rule == "max":
+            # every slot's elapsed time against twice every slot's real_val (and twice infinity): X4 then needs
+            # no maximum, only which slots count (``_decide_stage``)
+            with m.If(adv):
+                for j in range(k):
+                    m.d.sync += [x4["cmp"][j].eq(Cat(self._exceeds(x3, j, x3["real"][i]) for i in range(k))),
+                                 x4["cinf"][j].eq(self._exceeds(x3, j, Const(INFINITY, VAL_BITS)))]
         # Probe hold-off: the HOLDOFF lookups before this one are, when it decides in X4, the one then in X5 (the
         # lookup now in X4, if any), the one leaving X5 now (if any), then the history ph. A probe of slot j is a
         # pid of sub-table j: comparing the index is enough.
         a, b = x4["lk"], x5["lk"]
-        hold, eqp = [], []
+        hold, eqp, ueq = [], [], []
         for j in range(k):
             index = self._index(x3["item"][f"pid{j}"])
-            h = x3["hu"][j] | (b & x5["p_we"][j] & (self._index(x5["item"][f"pid{j}"]) == index))
+            h = x3["hu"][j] | (b & x5["p_we"][j] & x3["peq"][j])
             for n in range(HOLDOFF):
                 hit = x3["phm"][n][j]
                 if n + 2 < HOLDOFF:
@@ -423,6 +443,7 @@ class Pit(wiring.Component):
                     h = h | (hit & ~a & ~b)
             hold.append(h)
             eqp.append(a & (self._index(x4["item"][f"pid{j}"]) == index))
+            ueq.append(self._index(x4["upd"].pid) == index)
         # The pick's start when this lookup decides: the LFSR, stepped once more if the lookup in X4 decides first.
         # ahead[j][i]: slot i comes before slot j going round from the start.
         lfsr, kp = st["lfsr"], self._kp
@@ -441,14 +462,19 @@ class Pit(wiring.Component):
                         bit = bit | (start == s0)
                 row.append(bit)
             ahead.append(Cat(*row))
+        # the slots ahead of the update's sub-table: the conflict flag (the probe lands in the update's sub-table)
+        # then needs no pick of its own
+        amask = Const(0, k)
+        for j in range(k):
+            amask = amask | Mux(x3["u_sub"][j], ahead[j], 0)
         with m.If(adv):
             m.d.sync += [x4["ahead"][j].eq(ahead[j]) for j in range(k)]
+            m.d.sync += x4["amask"].eq(amask)
         with m.If(adv):
             m.d.sync += [x4["v"].eq(x3["v"]), x4["live"].eq(x3["live"]), x4["stale"].eq(Cat(*stale)),
-                         x4["hold"].eq(Cat(*hold)), x4["eqp"].eq(Cat(*eqp))]
-            for j in range(k):
-                e_hi = Mux(x3["nb"][j], x3["hi0"][j], x3["hi1"][j])
-                m.d.sync += [x4["e"][j].eq(Cat(x3["e_lo"][j], e_hi)), x4["real"][j].eq(x3["real"][j])]
+                         x4["hold"].eq(Cat(*hold)), x4["eqp"].eq(Cat(*eqp)), x4["ueq"].eq(Cat(*ueq))]
+            if self._probe_rule == "max":
+                m.d.sync += x4["fin"].eq(Cat(x3["real"][j] != INFINITY for j in range(k)))
             with m.If(b):
                 # the lookup leaving X5 enters the probe history (slot one-hot, index; all 0 without a probe)
                 idx = Const(0, self._ib)
@@ -462,21 +488,28 @@ class Pit(wiring.Component):
 
     def _snoop(self, m, adv, st, wr):
         """Writes a lookup's ``dval`` read cannot see (the clock it is issued, read-first, and the clocks in X4),
-        latest winning: ``h4`` for the lookup in X4, ``h5`` for the one in X5 (hit flag and data per slot)."""
+        latest winning: ``h4`` for the lookup in X4, ``h5`` for the one in X5 (hit flag and data per slot). ``h5``
+        also takes the lookup's own clock's update of the slot's row (accepted: in range, valid), which comes last
+        in the serial order before the lookup: X5 then picks between two sources per slot, not three."""
         k, lay, x3, x4 = self._k, _dynamic_layout(), st["x3"], st["x4"]
         h4 = [(Signal(name=f"h4_hit{j}"), Signal(lay, name=f"h4_d{j}")) for j in range(k)]
         h5 = [(Signal(name=f"h5_hit{j}"), Signal(lay, name=f"h5_d{j}")) for j in range(k)]
         x5 = st["x5"]
+        own_upd = Signal(lay, name="x4_own_upd")
+        own_ok = Signal(name="x4_own_ok")
+        m.d.comb += [own_upd.valid.eq(1), own_upd.time.eq(x4["upd"].now), own_upd.real.eq(x4["upd"].owd),
+                     own_ok.eq(x4["up"] & x4["u_range"] & x4["v"])]
         for j in range(k):
             en, _, dat, use_p = wr[j]
-            # address matches against both write sources from registers, so only the choice waits for use_p
-            u_idx, p_idx = self._index(x5["upd"].pid), self._index(x5["item"][f"pid{j}"])
-            i3, i4 = self._index(x3["item"][f"pid{j}"]), self._index(x4["item"][f"pid{j}"])
-            new = en & Mux(use_p, p_idx == i3, u_idx == i3)
-            in_x4 = en & Mux(use_p, p_idx == i4, u_idx == i4)
+            # the address matches against both write sources were registered a stage early (X2, X3), so only
+            # the choice waits for use_p (a probe write implies a lookup in X5, which x4 eqp includes)
+            new = en & Mux(use_p, x3["peq"][j], x3["ueq"][j])
+            in_x4 = en & Mux(use_p, x4["eqp"][j], x4["ueq"][j])
             (hit4, d4), (hit5, d5) = h4[j], h5[j]
+            own = x4["own"][j] & own_ok
             with m.If(adv):
-                m.d.sync += [hit4.eq(new), hit5.eq(in_x4 | hit4), d5.eq(Mux(in_x4, dat, d4))]
+                m.d.sync += [hit4.eq(new), hit5.eq(own | in_x4 | hit4),
+                             d5.eq(Mux(own, own_upd, Mux(in_x4, dat, d4)))]
             with m.Elif(in_x4):
                 m.d.sync += hit4.eq(1)
             with m.If(adv | in_x4):
@@ -504,15 +537,11 @@ class Pit(wiring.Component):
         m.d.comb += hold.eq(x4["hold"] | (x4["eqp"] & x5["p_we"]))
         live = x4["live"]
         if self._probe_rule == "max":
-            acc = Const(0, VAL_BITS + 1)                  # bit 32: some finite value seen
-            for j in range(k):
-                r = x4["real"][j]
-                finite = live[j] & ~hold[j] & (r != INFINITY)
-                acc = Mux(finite & (~acc[VAL_BITS] | (r > acc[:VAL_BITS])), Cat(r, Const(1, 1)), acc)
-            best = Signal(VAL_BITS + 1, name="max_real")
-            m.d.comb += best.eq(acc)
-            thr = Mux(best[VAL_BITS], best[:VAL_BITS], INFINITY)
-            raw = Cat(x4["e"][j] > Cat(Const(0, 1), thr) for j in range(k))
+            # stale when elapsed > 2 x every eligible slot's real_val (= 2 x their largest), or > 2 x infinity when
+            # no slot is eligible; the comparisons were made in X3, here only eligibility (the late hold-off) joins
+            elig = Signal(k, name="max_eligible")
+            m.d.comb += elig.eq(live & ~hold & x4["fin"])
+            raw = Cat(((~elig | x4["cmp"][j]).all() & (x4["cinf"][j] | elig.any())) for j in range(k))
         else:
             raw = x4["stale"]
         stale = Signal(k, name="stale")
@@ -526,7 +555,8 @@ class Pit(wiring.Component):
             m.d.sync += [
                 x5["valid"].eq(x4["lk"] | x4["up"]), x5["v"].eq(x4["v"]), x5["live"].eq(live),
                 x5["u_ok"].eq(u_ok), x5["u_we"].eq(u_we), x5["p_we"].eq(chosen), x5["p_valid"].eq(probe),
-                x5["conflict"].eq((u_we & chosen) != 0),
+                # (u_we & chosen) != 0, without waiting for the pick: u_we is one-hot
+                x5["conflict"].eq(u_ok & ((stale & x4["u_sub"]) != 0) & ((stale & x4["amask"]) == 0)),
             ]
             for j in range(k):
                 m.d.sync += [x5["mem"][j].eq(dval[j][0].data), x5["s"][j].eq(stat[j][0].data)]
@@ -537,11 +567,9 @@ class Pit(wiring.Component):
     def _output_stage(self, m, adv, ctl_go, st, views):
         """X5: the views, the result (``o``), ``adv``, the held cycle of a conflict, the counters, ``ctl`` ready."""
         k, out, x5 = self._k, self.o.payload, st["x5"]
-        own_upd = Signal(_dynamic_layout())
-        m.d.comb += [own_upd.valid.eq(1), own_upd.time.eq(x5["upd"].now), own_upd.real.eq(x5["upd"].owd)]
         for j in range(k):
-            hit, hd = self._h5_regs[j]
-            m.d.comb += views[j].eq(Mux(x5["own"][j] & x5["u_ok"], own_upd, Mux(hit, hd, x5["mem"][j])))
+            hit, hd = self._h5_regs[j]      # the lookup's own clock's update included (``_snoop``)
+            m.d.comb += views[j].eq(Mux(hit, hd, x5["mem"][j]))
         conflict = x5["conflict"]     # the probe and the update write one sub-table: two clocks (held)
         last = x5["phase"] | ~conflict
         m.d.comb += [
