@@ -196,6 +196,16 @@ def _oc_add(m, a, b, name):
     return out
 
 
+def _count(value, up, down):
+    """``value`` plus one (``up``), minus one (``down``) or unchanged: both sums are taken from the register alone
+    and the choice is an AND-OR of them, one LUT after ``up`` and ``down``. (As a multiplexer of the two sums, Yosys
+    shares one adder between them and puts the choice before the carry chain.)"""
+    hold = ~(up | down)
+    return (((value + 1)[:len(value)] & up.replicate(len(value)))
+            | ((value - 1)[:len(value)] & down.replicate(len(value)))
+            | (value & hold.replicate(len(value))))
+
+
 def _thermometer_count(keep):
     """The number of ones in a thermometer ``keep`` (``2**k - 1``), ``len(keep).bit_length()`` bits.
 
@@ -365,14 +375,20 @@ class Deparser(wiring.Component):
             beats.i.payload.user.eq(s.tuser),
         ]
         outstanding = Signal(range(self._depth + 1))     # edits joined or joining, not yet taken by the output
+        # outstanding == depth, kept in a register so that act.ready (which the wire's Themis-S and parser stall
+        # on) is a flip-flop, not a compare of the count: the same value on every cycle.
+        full = Signal()
         fire = Signal()
         done = Signal()
         m.d.comb += [
-            act.ready.eq(outstanding != self._depth),
-            fire.eq(act.valid & act.ready),
+            act.ready.eq(~full),
+            fire.eq(act.valid & ~full),
             done.eq(edits.o.valid & edits.o.ready),
         ]
-        m.d.sync += outstanding.eq(outstanding + fire - done)
+        m.d.sync += [
+            outstanding.eq(_count(outstanding, fire & ~done, done & ~fire)),
+            full.eq(~done & (full | (fire & (outstanding == self._depth - 1)))),
+        ]
         no_tail = Signal(_TAIL)
         self._join(m, fire, act.payload, no_tail, edits)
 
@@ -557,7 +573,9 @@ class Deparser(wiring.Component):
         m.d.sync += [
             e_valid.eq(s_valid),
             edit.icrc_xor.eq(s_xor),
-            edit.csum_icrc.eq(term),
+            # Cut-through and fcs never write the checksum (a non-zero one sends the frame bad): no term then, which
+            # takes the ICRC sums (the join's deepest stage) out of the design.
+            edit.csum_icrc.eq(term if not self._late_check else 0),
             *[getattr(edit, name).eq(s_fields[name]) for name in _EDIT_CARRIED],
         ]
         m.d.comb += [edits.i.valid.eq(e_valid), edits.i.payload.eq(edit)]
@@ -572,17 +590,23 @@ class Deparser(wiring.Component):
         beat_layout = AxisBeat(data_width=8 * _BEAT_BYTES, user_width=self._user_width)
         m.submodules.skid = skid = StreamFIFO(shape=beat_layout, depth=self.SKID_DEPTH)
         credit = Signal(range(self.SKID_DEPTH + 1))     # beats read and not dropped, not yet taken on m_axis
-        room = Signal()
+        # room = (credit != SKID_DEPTH), kept in a register (the same value on every cycle) so that the FIFOs'
+        # read enables, and through them the join's credit count, start at a flip-flop.
+        room = Signal(init=1)
         read = Signal()
         sent = Signal()
+        counted = Signal()
         m.d.comb += [
-            room.eq(credit != self.SKID_DEPTH),
             read.eq(room & beats.o.valid & edits.o.valid),
             beats.o.ready.eq(room & edits.o.valid),
             edits.o.ready.eq(room & beats.o.valid & beats.o.payload.last),
             sent.eq(skid.o.valid & skid.o.ready),
+            counted.eq(read & ~edits.o.payload.drop),
         ]
-        m.d.sync += credit.eq(credit + (read & ~edits.o.payload.drop) - sent)
+        m.d.sync += [
+            credit.eq(_count(credit, counted & ~sent, sent & ~counted)),
+            room.eq(sent | (room & ~(counted & (credit == self.SKID_DEPTH - 1)))),
+        ]
         m.d.comb += [
             o.tvalid.eq(skid.o.valid),
             o.tdata.eq(skid.o.payload.data),
@@ -660,8 +684,12 @@ class Deparser(wiring.Component):
         bad3 = Signal()                # cut-through: this beat shows the frame must be sent bad
         last3 = Signal()
         if self._late_check:
-            # A non-zero checksum cannot be updated without the old ICRC, which comes last.
-            m.d.sync += [bad3.eq(short2 | (hit["csum"] & (csum_here != 0))), last3.eq(v2 & b2.last)]
+            # A non-zero checksum cannot be updated without the old ICRC, which comes last. Tested on the
+            # registered checksum (csum3), not on the 32-way word choice that feeds it.
+            short3 = Signal()
+            hit_csum3 = Signal()
+            m.d.sync += [short3.eq(short2), hit_csum3.eq(hit["csum"]), last3.eq(v2 & b2.last)]
+            m.d.comb += bad3.eq(short3 | (hit_csum3 & (csum3 != 0)))
         m.d.sync += [
             v3.eq(v2), b3.eq(b2), x3.eq(Cat(*pattern)),
             sport_hold.eq(sport_cur), port3.eq(sport_cur), csum3.eq(csum_here),

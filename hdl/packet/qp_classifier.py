@@ -39,7 +39,9 @@ Choices where neither the paper nor the brief fixes them:
   bits. ``q_w[i]`` is output number ``512 w + i + 1`` of splitmix64 started from state 0 (:func:`h3_constant`;
   the first three are 0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F, the published reference
   values), so any control plane can compute it in a few lines. In hardware each bucket-address bit is an XOR
-  tree of about half the key bits (141 inputs: 3 LUT6 levels at best; Yosys maps the stage in 6).
+  of about half the key bits (141 inputs), computed in two stages: H3 being linear, the input register stage
+  registers the hash of each field a key form takes from the item (about 64 inputs each), and the hash stage
+  XORs a form's parts (see "Pipeline").
 * **Control through a staging register** (64-bit control words, a key is up to 282 bits):
 
   =====  ==========  ===================================================================================
@@ -65,8 +67,9 @@ Choices where neither the paper nor the brief fixes them:
   staging register and a command already accepted (an INSERT, DELETE or CLEAR on its way, or a CLEAR's sweep)
   are not reset either, so once the AXI4-Lite write of a command has completed, the command takes effect.
 
-Pipeline (one item per clock, latency 6): input register (and the kind decoded); key and per-way hash (both key
-forms hashed, the kind choosing last); block RAM read; the read data registered; per-way comparison in 18-bit
+Pipeline (one item per clock, latency 6): input register (the kind decoded, and per way the H3 hashes of the
+QPN, of each address as ``local`` and of the destination as ``remote``); key and per-way hash (each form's parts
+XORed, the kind choosing last); block RAM read; the read data registered; per-way comparison in 18-bit
 chunks; the chunks' AND, the first matching way and the output register. The whole pipeline advances when the
 output register can hand on.
 """
@@ -434,15 +437,39 @@ class QpClassifier(wiring.Component):
             fits = ~it.ipv6 & Mux(s1_data, ~it.dst_ip[32:].any(), ~it.src_ip[32:].any() & ~it.dst_ip[32:].any())
         key = Mux(s1_data, key_towards.as_value(), key_from.as_value())
 
-        def h3(w, key_value):
+        # H3 is linear: a key's hash is the XOR of its fields' hashes. The input register stage hashes each field
+        # the two key forms take from the item (QPN with the ipv6 flag; the destination address as ``local`` and
+        # as ``remote``; the source address as ``local``), about 64 taps each, and registers the parts with the
+        # item; the hash stage XORs two or three parts and the ``dir`` constant, the kind choosing last. (One
+        # 141-tap tree per bucket bit mapped to 6 levels, 7 inside themis-d-wire; the parts to 5, 6 there.)
+        def h3(w, pieces):
+            """The H3 hash of way ``w`` of a key holding ``pieces`` (``(field, value)``) and zero elsewhere."""
             out = []
             for j in range(bucket_bits):
-                taps = [key_value[i] for i in range(key_layout.size) if (h3_constant(w, i) >> j) & 1]
+                taps = [value[i] for field, value in pieces for i in range(len(value))
+                        if (h3_constant(w, key_layout[field].offset + i) >> j) & 1]
                 out.append(Cat(*taps).xor() if taps else Const(0))
             return Cat(*out)
 
+        def h3_dir(w, direction):
+            h = h3_constant(w, key_layout["dir"].offset) if direction else 0
+            return Const(h & ((1 << bucket_bits) - 1), bucket_bits)
+
+        inp = self.i.payload
+        common = [("qpn", inp.dqpn)] + ([("ipv6", inp.ipv6)] if ipv6 else [])
+        parts = {}
+        for w in range(n_ways):
+            for name, pieces in (("qpn", common), ("dst_local", [("local", inp.dst_ip[:abits])]),
+                                 ("src_local", [("local", inp.src_ip[:abits])]),
+                                 ("dst_remote", [("remote", inp.dst_ip[:abits])])):
+                parts[name, w] = Signal(bucket_bits, name=f"s1_h3_{name}{w}")
+                with m.If(adv):
+                    m.d.sync += parts[name, w].eq(h3(w, pieces))
+
         def hash_of(w):
-            return Mux(s1_data, h3(w, key_towards.as_value()), h3(w, key_from.as_value()))
+            towards = parts["qpn", w] ^ parts["dst_local", w] ^ h3_dir(w, DIR_TOWARDS)
+            from_ = parts["qpn", w] ^ parts["src_local", w] ^ parts["dst_remote", w] ^ h3_dir(w, DIR_FROM)
+            return Mux(s1_data, towards, from_)
 
         s2_addr = [Signal(bucket_bits, name=f"s2_addr{w}") for w in range(n_ways)]
         s4_slot = [Signal(slot_layout, name=f"s4_slot{w}") for w in range(n_ways)]

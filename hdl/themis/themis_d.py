@@ -759,6 +759,8 @@ class _NackScan:
         self.active = Signal(name="sc_active")
         self.pos = Signal(_bits(Q), name="sc_pos")
         self.left = Signal(Q.bit_length(), name="sc_left")
+        # left == 0, kept in a register: the scan's stop decision then starts at flip-flops only.
+        self.left_zero = Signal(name="sc_left_zero")
         # Each stage of the scan pipeline has a valid bit.
         self.pending = Signal(name="sc_pending")   # a queue read was issued last cycle
         self.pending2 = Signal(name="sc_pending2")  # ... the cycle before
@@ -865,6 +867,7 @@ class _NackScan:
             self.e_top_ones.eq(item.psn[W:].all() if W < PSN_BITS else 1),
             self.entry.eq(fe), self.active.eq(fe.active),
             self.pos.eq(fe.ring.head), self.left.eq(Mux(fe.active, fe.ring.count, 0)),
+            self.left_zero.eq(~fe.active | (fe.ring.count == 0)),
             self.pending.eq(0), self.pending2.eq(0), self.pending3.eq(0), self.x_valid.eq(0), self.d_valid.eq(0),
             self.f_valid.eq(0),
             self.phase2.eq(0), self.n1.eq(0), self.scanned.eq(0),
@@ -904,16 +907,17 @@ class _NackScan:
             m.d.sync += [self.n1.eq(self.entry.ring.count), self.oor.eq(1)]
         stop = Signal()
         # The queue is exhausted once nothing is left to read and no entry is on its way to a decision.
-        exhausted = ((self.left == 0) & ~self.pending & ~self.pending2 & ~self.pending3 & ~self.x_valid
+        exhausted = (self.left_zero & ~self.pending & ~self.pending2 & ~self.pending3 & ~self.x_valid
                      & ~self.d_valid)
         m.d.comb += stop.eq(decided | exhausted)
         with m.If(~decided & exhausted):
             m.d.comb += verdict_next.eq(Mux(phase2_next, ThemisDVerdict.NACK_BLOCKED, ThemisDVerdict.NACK_NO_TPSN))
         m.d.sync += [self.phase2.eq(phase2_next), self.verdict.eq(verdict_next)]
-        with m.If(~stop & (self.left != 0)):
+        with m.If(~stop & ~self.left_zero):
             m.d.sync += [
                 self.pos.eq(wrap_inc(self.pos, self._queue_depth)),
                 self.left.eq(self.left - 1),
+                self.left_zero.eq(self.left == 1),
                 self.pending.eq(1),
             ]
         with m.Else():

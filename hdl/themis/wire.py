@@ -165,6 +165,25 @@ class ThemisSWire(wiring.Component):
         return m
 
 
+def _skid(m, name, valid, payload, ready, sink):
+    """Hand ``payload`` (offered with ``valid``) to the stream ``sink`` through a skid register, driving ``ready``.
+
+    ``ready`` is a flip-flop: high while the register is empty. An item passes straight through when ``sink`` takes
+    it (no latency); one that ``sink`` refuses is held in the register and offered from there, and the producer
+    sees ``ready`` low from the next cycle until ``sink`` takes it. One item per clock while ``sink`` is ready."""
+    held = Signal(name=f"{name}_held")
+    held_payload = Signal.like(payload, name=f"{name}_held_payload", reset_less=True)
+    m.d.comb += [
+        ready.eq(~held),
+        sink.valid.eq(held | valid),
+        sink.payload.eq(Mux(held, held_payload, payload)),
+    ]
+    with m.If(~held & valid & ~sink.ready):
+        m.d.sync += [held.eq(1), held_payload.eq(payload)]
+    with m.If(held & sink.ready):
+        m.d.sync += held.eq(0)
+
+
 #: Control tables of :class:`ThemisDWire`: the QP classifier's at 0 to 3, Themis-D's at 16 and 17.
 TABLE_THEMIS_D_BASE = 16
 
@@ -195,7 +214,8 @@ class ThemisDWire(wiring.Component):
     m_axis : Out(AXI4StreamSignature(512, 1))
     ctl : In(ControlSignature())
         Tables 0 to 15 go to the QP classifier (0 KEY, 1 INSERT, 2 DELETE, 3 CLEAR), tables 16 to 31 to Themis-D as
-        table ``t - 16`` (16 QP set-up, 17 QP tear-down); other tables are ignored.
+        table ``t - 16`` (16 QP set-up, 17 QP tear-down); other tables are ignored. Each command is registered
+        before it reaches its block (``ctl.ready`` is a flip-flop): one command every two cycles at most.
     stats : Out(32 * 18)
         The classifier's 3 counters, Themis-D's 8 per-verdict counters, the compensator's 6, then Themis-D's
         out-of-range NACKs (its counter 8, last so that the earlier registers keep their numbers).
@@ -237,19 +257,22 @@ class ThemisDWire(wiring.Component):
         m.d.comb += self.stats.eq(Cat(classifier.stats, themis.stats[:per_verdict], comp.stats,
                                       themis.stats[per_verdict:]))
 
-        meta, item = parser.meta.payload, classifier.i.payload
+        # Skid registers on both item hand-overs (``_skid``): the parser's and the classifier's output ready are
+        # flip-flops, so a stall (a NACK scan in Themis-D, its skid buffer, a command entering either block) does
+        # not ripple back through the classifier's and the parser's pipeline enables to s_axis.tready in one cycle.
+        meta = parser.meta.payload
+        item = Signal(classifier.i.payload.shape())
         m.d.comb += [
             item.kind.eq(meta.kind), item.ipv6.eq(meta.ipv6), item.src_ip.eq(meta.src_ip),
             item.dst_ip.eq(meta.dst_ip), item.dqpn.eq(meta.dqpn), item.psn.eq(meta.psn), item.msn.eq(meta.msn),
             item.tag.eq(meta.tag),
-            classifier.i.valid.eq(parser.meta.valid), parser.meta.ready.eq(classifier.i.ready),
         ]
-        res, titem = classifier.o.payload, themis.i.payload
-        m.d.comb += [
-            titem.kind.eq(res.kind), titem.qp_hit.eq(res.qp_hit), titem.qp.eq(res.qp), titem.psn.eq(res.psn),
-            titem.msn.eq(res.msn), titem.tag.eq(res.tag),
-            themis.i.valid.eq(classifier.o.valid), classifier.o.ready.eq(themis.i.ready),
-        ]
+        _skid(m, "meta", parser.meta.valid, item, parser.meta.ready, classifier.i)
+        res = classifier.o.payload
+        titem = Signal(themis.i.payload.shape())
+        m.d.comb += [getattr(titem, name).eq(getattr(res, name))
+                     for name in ("kind", "qp_hit", "qp", "psn", "msn", "tag")]
+        _skid(m, "result", classifier.o.valid, titem, classifier.o.ready, themis.i)
         dec, action = themis.o.payload, comp.act.payload
         m.d.comb += [
             action.tag.eq(dec.tag), action.drop.eq(dec.drop), action.record.eq(dec.arm), action.comp.eq(dec.comp),
@@ -259,15 +282,29 @@ class ThemisDWire(wiring.Component):
 
         # Control: route by table number; a command for no block is taken and ignored.
         # The high nibble of the table number picks the block, the low nibble is the block's table.
-        cmd = self.ctl.payload
-        to_classifier = cmd.table[4:] == 0
-        to_themis = cmd.table[4:] == TABLE_THEMIS_D_BASE >> 4
+        # Each command is registered with its route before it is offered (``ctl.ready`` is a flip-flop, and no
+        # port reaches the blocks' ready decisions, hence ``s_axis.tready``, through a combinational path): one
+        # command every two cycles at most, one cycle later than offered.
+        cmd = Signal.like(self.ctl.payload, reset_less=True)
+        cmd_valid = Signal()
+        to_classifier = Signal(reset_less=True)
+        to_themis = Signal(reset_less=True)
+        taken = Signal()
         m.d.comb += [
+            self.ctl.ready.eq(~cmd_valid),
             classifier.ctl.payload.eq(cmd),
             themis.ctl.payload.eq(cmd),
             themis.ctl.payload.table.eq(cmd.table[:4]),
-            classifier.ctl.valid.eq(self.ctl.valid & to_classifier),
-            themis.ctl.valid.eq(self.ctl.valid & to_themis),
-            self.ctl.ready.eq(Mux(to_classifier, classifier.ctl.ready, Mux(to_themis, themis.ctl.ready, 1))),
+            classifier.ctl.valid.eq(cmd_valid & to_classifier),
+            themis.ctl.valid.eq(cmd_valid & to_themis),
+            taken.eq(Mux(to_classifier, classifier.ctl.ready, Mux(to_themis, themis.ctl.ready, 1))),
         ]
+        with m.If(~cmd_valid):
+            m.d.sync += [
+                cmd_valid.eq(self.ctl.valid), cmd.eq(self.ctl.payload),
+                to_classifier.eq(self.ctl.payload.table[4:] == 0),
+                to_themis.eq(self.ctl.payload.table[4:] == TABLE_THEMIS_D_BASE >> 4),
+            ]
+        with m.Elif(taken):
+            m.d.sync += cmd_valid.eq(0)
         return m

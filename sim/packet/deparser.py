@@ -55,6 +55,16 @@ def _check_action(action):
     return values
 
 
+def _take(frame_bytes, action, depth):
+    """The frame as bytes and the checked action, or None when the frame is dropped: the action says so, or, with
+    ``depth``, the frame is longer than a ``depth``-beat buffer. Raises ``ValueError`` for a bad action."""
+    frame = bytes(frame_bytes)
+    a = _check_action(action)
+    if a["drop"] or (depth is not None and len(frame) > BEAT_BYTES * depth):
+        return None
+    return frame, a
+
+
 def rewrite_applies(frame_len, l4_off, icrc_off):
     """Whether a rewrite of a ``frame_len``-byte frame with these offsets is performed.
 
@@ -130,10 +140,10 @@ def deparse(frame_bytes, action, *, depth=None):
     ValueError
         If a field is unknown or does not fit its width.
     """
-    frame = bytes(frame_bytes)
-    a = _check_action(action)
-    if a["drop"] or (depth is not None and len(frame) > 64 * depth):
+    taken = _take(frame_bytes, action, depth)
+    if taken is None:
         return None
+    frame, a = taken
     l4, icrc_at, sport_xor = a["l4_off"], a["icrc_off"], a["sport_xor"]
     if not a["rewrite"] or not rewrite_applies(len(frame), l4, icrc_at):
         return frame
@@ -166,10 +176,10 @@ def deparse_cut_through(frame_bytes, action, *, fcs=False, depth=None):
     ValueError
         If a field is unknown or does not fit its width.
     """
-    frame = bytes(frame_bytes)
-    a = _check_action(action)
-    if a["drop"] or (depth is not None and len(frame) > 64 * depth):
+    taken = _take(frame_bytes, action, depth)
+    if taken is None:
         return None
+    frame, a = taken
     l4, icrc_at, sport_xor = a["l4_off"], a["icrc_off"], a["sport_xor"]
     if not a["rewrite"] or not rewrite_applies_cut_through(l4, icrc_at):
         return frame, False
