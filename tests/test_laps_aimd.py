@@ -157,6 +157,20 @@ def test_windows_paper_and_sim():
     assert [o["action"] for o in _run(S4, _create(1, 8 * A, 8 * A, **S4) + dec)] == [2, 0, 0, 2]
 
 
+def test_sim_decrease_window_with_an_infinite_slot():
+    """sim: W_dec is the largest valid real_val, infinity included, so a congested ACK with one valid infinite slot
+    (t = 2500 > T = 2000) closes the decrease window for 2 x (2**32 - 1) = 8,589,934,590 ns: deadline 8,589,944,590;
+    1 ns before it nothing, 1 ns after it a decrease. paper: W_dec = t = 2500 (window 5,000 ns), so the ACKs 1 s and
+    8.6 s later decrease, and the one 2 ns after that does not."""
+    busy_inf = [(2500, 1500), (INF, 2000)]
+    deadline = 10_000 + 2 * (2 ** 32 - 1)
+    ev = _sp([_ack(1, 10_000, busy_inf), _ack(1, 10_000 + 10 ** 9, BUSY), _ack(1, deadline - 1, BUSY),
+              _ack(1, deadline + 1, BUSY)])
+    assert [o["action"] for o in _run(S4, _create(1, 8 * A, 8 * A, **S4) + ev)] == [2, 0, 0, 2]
+    assert [o["action"] for o in _run(S4, _create(1, 8 * A, 8 * A, **S4) + ev, rtl=True)] == [2, 0, 0, 2]
+    assert [o["action"] for o in _run(P4, _create(1, 8 * A, 8 * A) + ev)] == [2, 2, 2, 0]
+
+
 def test_windows_are_separate():
     """A decrease leaves the increase window open (Algorithm 2 keeps two deadlines)."""
     ev = _create(1, 8 * A, 8 * A) + _sp([_ack(1, 10_000, BUSY), _ack(1, 10_001, CALM), _ack(1, 10_002, BUSY)])
@@ -203,6 +217,11 @@ def test_unknown_and_removed_flows_counted():
     assert _rates(out) == [zero, (6 * A, 8 * A, 1, 1, 1, 1), zero, zero, zero]
     assert [o["flow"] for o in out] == [2, 1, 1, 0, 1]
     assert model.stats() == [5, 4, 1, 0]        # ACKs, misses, increases, decreases
+    # the RTL too: a create of flow 16 of 16 must not create flow 0 (the index cut to 4 bits)
+    st = {}
+    out = run_rtl("laps-aimd", P4, ev, stats=st)
+    assert _rates(out) == [zero, (6 * A, 8 * A, 1, 1, 1, 1), zero, zero, zero]
+    assert st["counters"] == [5, 4, 1, 0]
 
 
 def test_rates_clamped():
@@ -337,6 +356,17 @@ def test_hold_off_worked_by_hand():
     assert [o["action"] for o in out] == [1, 0, 1, 0, 0, 0, 0, 0, 0, 1]
     assert [o["rate"] for o in out] == [3 * A // 2] * 9 + [7 * A // 4]
     assert [o["stage"] for o in out] == [1] * 9 + [2]
+
+
+def test_hold_off_across_kinds_worked_by_hand():
+    """The windows are separate, yet a congested ACK right after an increase of its flow is held (Algorithm 2 would
+    decrease at once); the flow's congested ACK 8 items after the increase (distance 9) decreases. Current a,
+    expected 2a: increase to 1.5a; held (1.5a reported); decrease: expected 1.5a, current 0.75a."""
+    ev = _create(1, A, 2 * A) + [_ack(1, 10_000, CALM), _ack(1, 10_001, BUSY)]
+    ev += [_ack(15, 0, CALM, tag=FILL) for _ in range(7)] + [_ack(1, 10_002, BUSY)]
+    want = [(3 * A // 2, 2 * A, 1, 1, 1, 1), (3 * A // 2, 2 * A, 1, 0, 0, 1), (3 * A // 4, 3 * A // 2, 0, 2, 1, 1)]
+    assert _rates(_run(P4, ev)) == want
+    assert _rates(_run(P4, ev, rtl=True)) == want
 
 
 @pytest.mark.parametrize("testcase", ["harness_catches_a_wrong_output", "harness_catches_a_wrong_cycle"])

@@ -145,6 +145,16 @@ def test_golden_rate_saturates_and_full_bucket_bounds_the_refill():
     assert model.tokens[0] == 64 * 15_625
 
 
+def test_bucket_zero_passes_only_empty_frames():
+    """A 0-byte bucket (depth 0 units): a 1-byte frame (15,625 units) never fits, not even after 1 ms at 100 Gb/s
+    (the refill is capped at the depth, 0); a 0-byte frame always does. Golden model and RTL."""
+    ev = [{"ctl": c} for c in pacer_commands([{"flow": 2, "rate": LINE_RATE, "bucket": 0}], **P16)]
+    ev += [_req(2, 1, 0, tag=0), _req(2, 1, 10 ** 6, tag=1), _req(2, 0, 10 ** 6 + 1, tag=2)]
+    want = [(0, 0, 1), (0, 0, 1), (1, 1, 1)]
+    assert _triples(run_golden("laps-pacer", P16, ev)) == want
+    assert _triples(run_rtl("laps-pacer", P16, ev, compare=False)) == want
+
+
 @pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
 def test_rtl_hand_trace(idle, backpressure):
     ev, want, stats = _hand_trace()
