@@ -21,7 +21,7 @@ __all__ = ["BENCHES", "PACKET_BENCHES", "PACKET_SIZES", "run_bench", "format_ben
 #: 100 GbE sizes the datasheet's line-rate arithmetic turns on, 1,518 and jumbo.
 PACKET_SIZES = [64, 65, 128, 129, 130, 256, 512, 1024, 1518, 4096, 9216]
 #: Packet pipelines with a cocotb ``bench`` testcase.
-PACKET_BENCHES = ("themis-s-wire", "themis-d-wire")
+PACKET_BENCHES = ("themis-s-wire", "themis-d-wire", "pro-tx-wire")
 
 
 def _themis_s_data(params):
@@ -80,6 +80,71 @@ def _laps_pst_lookups(params):
     return pst_bench(params)
 
 
+def _laps_aimd_acks(params, n=2000):
+    """One ACK every clock over 16 flows, now 4 ns per clock: runs to one flow back to back, calm and congested
+    latency vectors mixed (adjustments and hold-offs both happen)."""
+    import random
+    from lbpipe.sim.laps.aimd import aimd_ack, aimd_commands
+    rng = random.Random(1)
+    flows = list(range(min(16, params["n_flows"])))
+    events = [{"ctl": c} for c in aimd_commands([(f, 10_000_000, 20_000_000) for f in flows], **params)]
+    for t in range(n):
+        f = flows[(t // 4) % len(flows)]
+        congested = rng.random() < 0.3
+        paths = [(rng.randrange(6000, 9000) if congested else rng.randrange(1000, 3000), 5000)
+                 for _ in range(params["k"])]
+        events.append({"item": aimd_ack(f, 10_000 + 4 * t, paths, tag=t & 0xFFFF, k=params["k"])})
+    return events
+
+
+def _laps_pacer_requests(params, n=2000):
+    """One request and one rate update every clock over 16 flows (runs of one flow back to back), now 4 ns per
+    clock, 64 to 1,518-byte frames."""
+    import random
+    from lbpipe.sim.laps.pacer import pacer_commands
+    rng = random.Random(1)
+    flows = list(range(min(16, params["n_flows"])))
+    events = [{"ctl": c} for c in pacer_commands([{"flow": f, "rate": 25_000_000, "bucket": 9216} for f in flows],
+                                                 **params)]
+    for t in range(n):
+        f = flows[(t // 4) % len(flows)]
+        events.append({"rate": {"flow": rng.choice(flows), "rate": rng.choice([10_000_000, 25_000_000])}})
+        events.append({"item": {"kind": 1, "flow": f, "bytes": rng.choice([64, 512, 1518]),
+                                "now": 10_000 + 4 * t, "tag": t & 0xFFFF}})
+    return events
+
+
+def _pro_rr_packets(params, n=2000):
+    """One packet every clock: 32 QPs toward 4 ToRs sending in turn, ``batch`` packets each."""
+    from lbpipe.sim.pro.rr import rr_commands
+    n_qps, n_tors = min(32, params["n_qps"]), min(4, params["n_tors"])
+    joins = [(q, q % n_tors) for q in range(n_qps)]
+    events = [{"ctl": c} for c in rr_commands(seeds=[(t, (3 * t) % params["m_paths"]) for t in range(n_tors)],
+                                              joins=joins)]
+    events += [{"item": {"kind": 1, "qp": q, "tor": q % n_tors, "tag": t & 0xFFFF}}
+               for t in range(n) for q in [(t // params["batch"]) % n_qps]]
+    return events
+
+
+def _pro_ooo_events(params, n=2000):
+    """One event every clock: 8 QPs, each one's packets reordered within a few PSNs and 1% lost, back to back."""
+    import random
+    from lbpipe.hdl.lib.meta import PacketKind
+    from lbpipe.sim.pro.ooo import create_cmd
+    rng = random.Random(1)
+    qps = list(range(min(8, params["n_qps"])))
+    events = [{"ctl": create_cmd(q, 0, 8)} for q in qps]
+    nxt = {q: 0 for q in qps}
+    for t in range(n):
+        q = qps[(t // 3) % len(qps)]
+        psn = nxt[q] + rng.randrange(0, 4)
+        nxt[q] += 1
+        if rng.random() < 0.01:
+            psn = nxt[q] + 1
+        events.append({"item": {"kind": PacketKind.DATA.value, "qp": q, "psn": psn % (1 << 24), "tag": t & 0xFFFF}})
+    return events
+
+
 #: Block -> [(scenario name, function(params) -> (params, events))].
 BENCHES = {
     "laps-pit": [("one lookup + one update every clock", lambda p: (p, _laps_pit_sustained(p)))],
@@ -90,6 +155,10 @@ BENCHES = {
     "laps-softmax": [("back-to-back decisions", lambda p: (p, __import__(
         "lbpipe.sim.laps.softmax", fromlist=["softmax_bench"]).softmax_bench(**p)))],
     "laps-pst": [("back-to-back lookups", lambda p: (p, _laps_pst_lookups(p)))],
+    "laps-aimd": [("one ACK every clock, 16 flows", lambda p: (p, _laps_aimd_acks(p)))],
+    "laps-pacer": [("one request + one rate update every clock", lambda p: (p, _laps_pacer_requests(p)))],
+    "pro-rr": [("one packet every clock, 32 QPs to 4 ToRs", lambda p: (p, _pro_rr_packets(p)))],
+    "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),
