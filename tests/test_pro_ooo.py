@@ -129,6 +129,7 @@ EDGES = [
     pkt(1, 1 + (1 << 23)),        # 2**23 - 1 ahead: beyond
     pkt(4, 3),                    # never created
     timeout(4),
+    {"item": {"kind": 2, "qp": 4, "psn": 3, "tag": 0}},     # an ACK of it: OTHER, not counted as unknown
     {"item": {"kind": 2, "qp": 1, "psn": 3, "tag": 0}},     # an ACK: passed, the window shown
     create(2, 100, 6),
     timeout(2), timeout(2), timeout(2), timeout(2),         # idle QP: wnd 3, 1, 0, 0, nothing else
@@ -154,6 +155,7 @@ EDGES_EXPECTED = [
     (BEYOND, 2, 9, 3, None),
     (UNKNOWN, 0, 0, 0, None),
     (UNKNOWN, 0, 0, 0, None),
+    (OTHER, 0, 0, 0, None),
     (OTHER, 2, 9, 3, None),
     (TIMEOUT, 100, 99, 3, None),
     (TIMEOUT, 100, 99, 1, None),
@@ -171,7 +173,6 @@ P_EDGES = dict(n_qps=5, bitmap_len=8)
 
 
 def test_edges_golden():
-    model = Ooo(**P_EDGES)
     outs = run_golden("pro-ooo", P_EDGES, EDGES)
     check(outs, EDGES_EXPECTED)
     # what the counters say, by hand: accepted, repeated, timeouts, NACKs, stale, beyond, unknown
@@ -196,7 +197,7 @@ def closed_loop(seed, *, n_pkts=400, delays=(0, 3, 1, 4), loss=0.03, dup=0.02, r
     outs = []
     pending = []                    # (tick, order, psn)
     lost, delivered, nack_log = set(), set(), []
-    wmax = (1 << (bitmap_len.bit_length() + 1)) - 1
+    wmax = 4 * bitmap_len - 1        # datasheet: 2**(log2 bitmap_len + 2) - 1
     expect_wnd = [wnd]
     order = 0
 
@@ -374,3 +375,27 @@ def test_one_event_per_clock_back_to_back():
     stats = {}
     outs = run_rtl("pro-ooo", dict(n_qps=16, bitmap_len=32), events, stats=stats)
     assert len(outs) == 400 and stats["items_per_clock"] == 1.0
+
+
+def test_low_difference_gates():
+    """S2a's carry-free low difference (datasheet, "Pipeline"): ``a - b`` mod 2**7 and its borrow, for every pair
+    of 7-bit values, against Python's integer subtraction."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+    from lbpipe.hdl.pro.ooo import _gate_difference
+    a, b, y = Signal(7), Signal(7), Signal(8)
+    m = Module()
+    m.d.comb += y.eq(_gate_difference(a, b))
+    sim = Simulator(m)
+    bad = []
+
+    async def bench(ctx):
+        for x in range(128):
+            for z in range(128):
+                ctx.set(a, x)
+                ctx.set(b, z)
+                if ctx.get(y) != ((x - z) % 128) | (int(x < z) << 7):
+                    bad.append((x, z))
+    sim.add_testbench(bench)
+    sim.run()
+    assert not bad, f"{len(bad)} wrong pairs, first {bad[:3]}"

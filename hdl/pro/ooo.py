@@ -59,6 +59,19 @@ def check_parameters(*, n_qps, bitmap_len):
         raise ValueError(f"bitmap_len must be 8, 16, 32 or 64, not {bitmap_len}")
 
 
+def _gate_difference(a, b):
+    """``a - b`` modulo ``2**len(a)`` and its borrow out (the top bit), as gates: every borrow a flat OR of
+    generate-and-propagate terms (two levels of logic, no ripple and no carry chain)."""
+    n = len(a)
+    gen = [~a[k] & b[k] for k in range(n)]           # bit k borrows
+    prop = [~(a[k] ^ b[k]) for k in range(n)]        # bit k passes a borrow on
+
+    def borrow_into(k):
+        terms = [gen[j] & Cat(*prop[j + 1:k]).all() if j + 1 < k else gen[j] for j in range(k)]
+        return Cat(*terms).any() if terms else Const(0, 1)
+    return Cat(*(a[k] ^ b[k] ^ borrow_into(k) for k in range(n)), borrow_into(n))
+
+
 def _qp_bits(n_qps):
     return max(1, (n_qps - 1).bit_length())
 
@@ -267,19 +280,27 @@ class Ooo(wiring.Component):
 
     def _freshest(self, m, adv, older, ev, r, hz):
         """S2a: the record as the events three and more ahead left it (the result register holds the one three
-        ahead, ``older`` the rest), and ``D = psn - hb`` against it."""
+        ahead, ``older`` the rest), and ``D = psn - hb`` against it, in two parts that share no logic: the low
+        bits ``dlo`` (and their borrow) as gates, the high bits ``ehi`` (without that borrow) as a carry chain."""
         h = hz["s2a"]
         x = Signal(self._rec, name="x")
         m.d.comb += x.eq(Mux(h["h3"], r["r1"], older))
         pa = Signal(self._rec, name="pa")
-        dd = Signal(PSN_BITS, name="dd")
-        with m.If(adv):
-            m.d.sync += [pa.eq(x), dd.eq(ev["s2a"].item.psn - x.hb)]
-        # D's low bits depend only on the low bits of psn and hb: their decodes are tables registered here
         nb = self._b + 2
-        dlo = Signal(nb, name="dlo")
-        m.d.comb += dlo.eq(ev["s2a"].item.psn[:nb] - x.hb[:nb])
-        self._decode_tables(m, adv, dlo)
+        psn = ev["s2a"].item.psn
+        # D's low bits depend only on the low bits of psn and hb: their decodes are tables registered here. The
+        # difference is written as gates and the high part does not include it: ABC (abc9) sees through carry
+        # chains, and when the tables could read the low sum bits of a full 24-bit subtraction it mapped them
+        # there, then a chain of LUTs (7 levels at 1,024 or 10,240 QPs, depending on the run); a ripple borrow
+        # written as gates was mapped as a 7-level chain at 4,096, so each borrow is a flat sum of products.
+        dlo_c = Signal(nb, name="dlo_c")
+        bor_c = Signal(name="dlo_borrow_c")
+        m.d.comb += Cat(dlo_c, bor_c).eq(_gate_difference(psn[:nb], x.hb[:nb]))
+        dd = dict(dlo=Signal(nb, name="dlo"), bor=Signal(name="dlo_borrow"),
+                  ehi=Signal(PSN_BITS - nb, name="ehi"))
+        with m.If(adv):
+            m.d.sync += [pa.eq(x), dd["dlo"].eq(dlo_c), dd["bor"].eq(bor_c), dd["ehi"].eq(psn[nb:] - x.hb[nb:])]
+        self._decode_tables(m, adv, dlo_c)
         return pa, dd
 
     _AMAX = 6       # the largest advance S2b and S3 subtract: pa.padv + two events' advances, 2 each
@@ -325,11 +346,19 @@ class Ooo(wiring.Component):
         h = hz["s2b"]
         pb = Signal(self._rec, name="pb")
         nb = b + 2                                    # low bits of D: [-2L, 2L) near the head
-        hi = dd[nb - 1:]
-        near = Signal(name="near")
-        m.d.comb += near.eq((hi == 0) | (hi == (1 << (PSN_BITS - nb + 1)) - 1))
-        low0 = Signal(name="low0")
-        m.d.comb += low0.eq(dd[3:PSN_BITS - 1] == 0)
+        # D = (ehi - bor) * 2**nb + dlo; the high part H = ehi - bor is recognised by comparing ehi with constants
+        dlo, bor, ehi = dd["dlo"], dd["bor"], dd["ehi"]
+        w = PSN_BITS - nb
+        eq = {k: ehi == (k % (1 << w)) for k in (0, 1, -1, 1 << (w - 1), (1 << (w - 1)) + 1)}
+        h0, hm1, hh = Signal(name="hi_zero"), Signal(name="hi_ones"), Signal(name="hi_half")
+        m.d.comb += [h0.eq(Mux(bor, eq[1], eq[0])), hm1.eq(Mux(bor, eq[0], eq[-1])),
+                     hh.eq(Mux(bor, eq[(1 << (w - 1)) + 1], eq[1 << (w - 1)]))]
+        near = Signal(name="near")                    # D's bits nb-1 .. 23 all zeros or all ones
+        m.d.comb += near.eq(Mux(dlo[nb - 1], hm1, h0))
+        top = Signal(name="d_sign")                   # D's bit 23
+        m.d.comb += top.eq(ehi[w - 1] ^ (bor & (ehi[:w - 1] == 0)))
+        low0 = Signal(name="low0")                    # D's bits 3 .. 22 all zeros
+        m.d.comb += low0.eq((dlo[3:] == 0) & (h0 | hh))
         amax = self._AMAX
         inb_t, beh_t, dp1_t, oh0 = self._t["inb"], self._t["beh"], self._t["dp1"], self._t["oh0"]
         p1 = pa.padv
@@ -359,7 +388,7 @@ class Ooo(wiring.Component):
                 m.d.sync += [
                     fl["inb"][c].eq(near & by_offset(c, inb_t)),
                     fl["beh"][c].eq(near & by_offset(c, beh_t)),
-                    fl["sgn"][c].eq(dd[PSN_BITS - 1] ^ (low0 & by_offset(c, [dd[:3] < a for a in range(amax + 1)]))),
+                    fl["sgn"][c].eq(top ^ (low0 & by_offset(c, [dlo[:3] < a for a in range(amax + 1)]))),
                     fl["oh"][c].eq(Mux(near, by_offset(c, [oh0[a:a + L] for a in range(amax + 1)]), 0)),
                     fl["dp1"][c].eq(by_offset(c, dp1_t)),
                 ]
