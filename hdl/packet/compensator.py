@@ -53,6 +53,12 @@ entries) holds the actions of frames still in the beat FIFO, so the stages that 
 frame ahead to leave; when actions come after their frames' last beats (as in the wire pipeline) it cannot fill
 while the beat FIFO has room, since an action leaves with its frame's last beat. ``s_axis.tready`` is high while the
 beat FIFO has room or the rest of a cut frame is being discarded, ``act.ready`` while the action FIFO has room.
+The action FIFO is a FIFO of ``depth - 1`` entries followed by a skid register of one (``depth`` actions in all):
+the register takes the FIFO's head at once and offers it, the same cycle, to the frame logic, and keeps it until the
+frame's last beat leaves. The FIFO's read enable is then a flip-flop (register empty) rather than the frame logic's
+``take``, so the state, the head beat and ``m_axis`` room reach one register enable and not the FIFO's count
+(that path was 7 logic levels in the wire pipeline; no cycle added: an action offered at the FIFO's output is used
+in that cycle, and the FIFO reloads its output while the register holds the action).
 Actions are paired with frames in order only: an action may arrive before its frame (pairing it with the right frame
 is the sender's business; in the wire pipeline it cannot, as the parser emits a frame's item after its last beat). A
 beat leaves the beat FIFO when its frame's action is at the head of the action FIFO and the ``m_axis`` register can
@@ -188,9 +194,10 @@ class Compensator(wiring.Component):
         # their actions decided and queued. When each action comes after its frame's last beat has entered the beat
         # FIFO (the parser's contract), it cannot fill while the beat FIFO has room: an action leaves with its frame's
         # last beat, and every frame has at least one beat.
-        m.submodules.acts = acts = StreamFIFO(shape=CompAction(n_qps=self._n_qps), depth=self._depth)
+        # The FIFO holds ``depth - 1`` actions and the skid register after it (``_act_skid``) one more: ``depth`` in all.
+        m.submodules.acts = acts = StreamFIFO(shape=CompAction(n_qps=self._n_qps), depth=self._depth - 1)
         wiring.connect(m, wiring.flipped(act), acts.i)
-        act = acts.o
+        act = self._act_skid(m, acts.o)
 
         meta_layout = _template_meta(uw)
         # Beat 0 and beat 1 of each QP's template in two memories (each beat is written as it passes), the flags
@@ -232,7 +239,9 @@ class Compensator(wiring.Component):
         # The enables are unconditional assignments from the state (not assignments inside the FSM's cases): the
         # Verilog is then continuous assignments, which an event-driven simulator evaluates at time zero, where a
         # combinational process may miss its first evaluation and hold X until an input changes.
-        in_pass = Signal()
+        # ``in_pass`` is a flip-flop kept beside the state machine (set with every move to PASS, cleared with the
+        # move out of it) rather than decoded from the state: ``take`` is then one LUT of flip-flops and m_axis.tready.
+        in_pass = Signal(init=1)
         fetch = Signal()
         take = Signal()
         m.d.comb += [
@@ -268,7 +277,7 @@ class Compensator(wiring.Component):
                                 m.d.sync += count(2)
                         with m.If(a.comp):
                             with m.If(in_range):
-                                m.d.sync += gen_qp.eq(a.qp)
+                                m.d.sync += [gen_qp.eq(a.qp), in_pass.eq(0)]
                                 m.next = "FETCH"
                             with m.Else():
                                 m.d.sync += count(4)
@@ -284,7 +293,7 @@ class Compensator(wiring.Component):
 
             with m.State("EMIT0"):
                 with m.If(~t_meta.ok):
-                    m.d.sync += count(4)
+                    m.d.sync += [count(4), in_pass.eq(1)]
                     m.next = "PASS"
                 with m.Elif(out_free):
                     m.d.sync += [
@@ -295,15 +304,40 @@ class Compensator(wiring.Component):
                     with m.If(t_meta.two):
                         m.next = "EMIT1"
                     with m.Else():
+                        m.d.sync += in_pass.eq(1)
                         m.next = "PASS"
 
             with m.State("EMIT1"):
                 with m.If(out_free):
                     m.d.sync += [o.tvalid.eq(1), o.tdata.eq(t_data1), o.tkeep.eq(t_meta.keep), o.tlast.eq(1),
-                                 o.tuser.eq(t_meta.user1)]
+                                 o.tuser.eq(t_meta.user1), in_pass.eq(1)]
                     m.next = "PASS"
-        m.d.comb += [in_pass.eq(fsm.ongoing("PASS")), fetch.eq(fsm.ongoing("FETCH"))]
+        m.d.comb += fetch.eq(fsm.ongoing("FETCH"))
         return m
+
+    @staticmethod
+    def _act_skid(m, fifo_out):
+        """The action FIFO's output through a skid register; returns the stream the frame logic takes actions from.
+
+        Registers ``act_held`` and ``act_held_payload``. The FIFO's ``ready`` is ``~act_held``, a flip-flop: the
+        action at the FIFO's head is taken at once, passed straight on (no latency) and, if the frame logic does not
+        take it in that cycle (its frame's last beat has not left), held in the register and offered from there
+        until it does. So the frame logic's decision (state, beat at the head, ``m_axis`` room) reaches the register's
+        enable and no further, never the FIFO's level and pointers. Actions stay in order and one per clock:
+        the FIFO reloads its output while the held action waits."""
+        out = stream.Signature(fifo_out.payload.shape()).create(path=("act_skid",))
+        held = Signal(name="act_held")
+        held_payload = Signal.like(fifo_out.payload, name="act_held_payload", reset_less=True)
+        m.d.comb += [
+            fifo_out.ready.eq(~held),
+            out.valid.eq(held | fifo_out.valid),
+            out.payload.eq(Mux(held, held_payload, fifo_out.payload)),
+        ]
+        with m.If(~held & fifo_out.valid & ~out.ready):
+            m.d.sync += [held.eq(1), held_payload.eq(fifo_out.payload)]
+        with m.If(held & out.ready):
+            m.d.sync += held.eq(0)
+        return out
 
     def _cut_input(self, m, s, w):
         """``s_axis`` into the beat FIFO's input ``w``, cutting frames longer than the FIFO (module docstring).

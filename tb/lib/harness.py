@@ -252,6 +252,8 @@ class AxisBench:
         self.dut = dut
         self.rng = random.Random(seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self._cycle = 0
+        cocotb.start_soon(self._count_cycles())
         dut.rst.value = 1
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
@@ -275,13 +277,53 @@ class AxisBench:
         await write_command(self.axil, cmd)
 
 
-    async def check_frames(self, expected):
+    #: Default budget of a wait for output frames: this many cycles per beat still to go in and per beat expected
+    #: out, plus :attr:`WAIT_SLACK` (generous: sink pauses of up to 8 cycles, compensation NACKs, table scans).
+    WAIT_CYCLES_PER_BEAT = 16
+    WAIT_SLACK = 5000
+
+    def wait_budget(self, expected, cycles=None):
+        """Cycles to allow for ``expected`` frames to leave: ``cycles`` if given, else :attr:`WAIT_CYCLES_PER_BEAT`
+        times the beats still queued in the source and the beats expected, plus :attr:`WAIT_SLACK`."""
+        if cycles is not None:
+            return cycles
+        beats_in = -(-self.source.queue_occupancy_bytes // 64) + self.source.queue_occupancy_frames
+        beats_out = sum(-(-len(frame) // 64) for frame in expected)
+        return self.WAIT_CYCLES_PER_BEAT * (beats_in + beats_out) + self.WAIT_SLACK
+
+    async def recv_frame(self, deadline, what):
+        """The next frame from the sink, or an ``AssertionError`` naming ``what`` was still missing if none has come
+        by cycle ``deadline`` of :attr:`cycle` (a stalled pipeline fails the test rather than hanging it)."""
+        while self.sink.empty():
+            if self.cycle >= deadline:
+                raise AssertionError(
+                    f"timed out at cycle {self.cycle}: {what} never left m_axis; the source still holds "
+                    f"{self.source.queue_occupancy_frames} frames ({self.source.queue_occupancy_bytes} bytes), "
+                    f"s_axis_tready={self.dut.s_axis_tready.value}, m_axis_tvalid={self.dut.m_axis_tvalid.value}")
+            await RisingEdge(self.dut.clk)
+        return self.sink.recv_nowait()
+
+    @property
+    def cycle(self):
+        """Clock cycles since the bench was built."""
+        return self._cycle
+
+    async def _count_cycles(self):
+        while True:
+            await RisingEdge(self.dut.clk)
+            self._cycle += 1
+
+    async def check_frames(self, expected, *, cycles=None):
         """Receive ``len(expected)`` frames and compare them with ``expected``; a RoCEv2 frame must also carry a
-        correct ICRC. Returns the error messages."""
+        correct ICRC. Returns the error messages. Fails (``AssertionError`` naming the first frame missing) if they
+        have not all left within ``cycles`` (default :meth:`wait_budget`)."""
         from lbpipe.tb.lib.packets import classify, icrc
         errors = []
+        deadline = self.cycle + self.wait_budget(expected, cycles)
         for i, want in enumerate(expected):
-            got = bytes((await self.sink.recv()).tdata)
+            what = (f"output frame {i} of {len(expected)} ({len(want)} bytes, kind {classify(want)['kind']}; "
+                    f"{i} received)")
+            got = bytes((await self.recv_frame(deadline, what)).tdata)
             if got != want:
                 errors.append(f"output frame {i} ({len(want)} bytes, kind {classify(want)['kind']}): differs from "
                               f"the golden model ({len(got)} bytes, kind {classify(got)['kind']})")
@@ -343,8 +385,9 @@ class AxisBench:
                 out = model.process(frame)
                 expected += out if isinstance(out, list) else [out]
                 self.send(frame)
+            deadline = self.cycle + self.wait_budget(expected)
             for i, want in enumerate(expected):
-                got = bytes((await self.sink.recv()).tdata)
+                got = bytes((await self.recv_frame(deadline, f"{size}-byte frames: output {i}")).tdata)
                 assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
             results.append({"size": size, "frames": count, "beats": beats, "cycles": len(accepted),
                             "beats_per_clock": beats / len(accepted)})
@@ -376,10 +419,17 @@ class AxisBench:
             self.source.set_pause_generator(pause_pattern(random.Random(rng.random()), idle))
         if backpressure:
             self.sink.set_pause_generator(pause_pattern(random.Random(rng.random()), backpressure))
-        await self.replay_setup()
+        frames = await self.replay_setup()
         out = []
         quiet = 0
+        # Bounded: a pipeline that stops taking input would otherwise keep the source non-empty for ever. The budget
+        # grows with the pauses (a fraction p of cycles paused leaves 1 - p of them to move beats).
+        scale = 1 / max(0.05, 1 - max(idle, backpressure))
+        deadline = self.cycle + int(scale * self.wait_budget(frames)) + quiet_cycles
         while quiet < quiet_cycles or not self.source.empty():
+            if self.cycle >= deadline:
+                raise AssertionError(f"replay timed out at cycle {self.cycle}: the source still holds "
+                                     f"{self.source.queue_occupancy_frames} frames, {len(out)} left m_axis")
             await RisingEdge(self.dut.clk)
             if self.sink.empty():
                 quiet += 1
