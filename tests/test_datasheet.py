@@ -25,13 +25,25 @@ DATASHEET_LATENCY = {
     "laps-pst": 6,          # docs/laps_pst.md: "6 cycles"
     "laps-pit": 5,          # docs/laps_pit.md: "5 cycles"
     "laps-softmax": 19,     # docs/laps_softmax.md: "19 cycles" (16 + ceil(log2 K) at K = 8)
+    "laps-aimd": 8,         # docs/laps_aimd.md: "8 cycles"
+    "laps-pacer": 11,       # docs/laps_pacer.md: "11 cycles"
+    "pro-rr": 5,            # docs/pro_rr.md: "5 cycles"
+    "pro-ooo": 8,           # docs/pro_ooo.md: "8 cycles"
+    "pro-tx-wire": 47,      # docs/pro_wire.md: "47 cycles (cut-through ...)" first beat in to first beat out
+    "pro-nak": 8,           # docs/pro_rx_wire.md: "8 cycles from a NACK event to its frame on m_axis"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
 DATASHEET_LEVELS = {
-    "themis-s": 4, "themis-d": 6, "qp-classifier": 6, "parser": 5, "deparser": 6, "compensator": 4,
-    "laps-editor": 6, "themis-s-wire": 7, "themis-d-wire": 7,
+    "themis-s": 4, "themis-d": 6, "qp-classifier": 5, "parser": 5, "deparser": 6, "compensator": 4,
+    "laps-editor": 6, "themis-s-wire": 6, "themis-d-wire": 7,
     "laps-pst": 4, "laps-pit": 6, "laps-softmax": 4,
+    "laps-aimd": 6,
+    "laps-pacer": 6,
+    "pro-rr": 5,
+    "pro-ooo": 6,
+    "pro-nak": 5,
+    "pro-tx-wire": 6,
 }
 
 

@@ -697,6 +697,63 @@ def test_back_to_back_commands():
                                                         for p in probes]
 
 
+@pytest.mark.parametrize("stall_after", range(4))
+def test_waiting_key_word_leaves_a_stalled_insert_alone(stall_after):
+    """Items back to back keep the output register full; an INSERT is accepted, the output stalls ``stall_after``
+    cycles later (with the INSERT in its command stage or writing, the write repeating while stalled), and the next
+    QP's first KEY word waits on ``ctl`` throughout the stall. A word that is offered but not yet accepted must not
+    reach the staging register: both QPs' keys must hit with their own indices afterwards."""
+    params = dict(n_entries=16, buckets=8, ways=2, ipv6=True, user_bits=0)
+    dut = QpClassifier(**params)
+    table = QpTable(**params)
+    first = table.add_qp("10.0.0.1", "10.0.0.2", 0x10, 0x20, 9)
+    second = table.add_qp("10.0.0.3", "10.0.0.4", 0x33, 0x44, 5)
+    in_layout, out_layout = ClassifierItem(), ClassifierResult(n_entries=16)
+    filler = _item(ACK, "10.9.9.9", "10.9.9.8", 0x77)
+    probes = [_item(NACK, "10.0.0.1", "10.0.0.2", 0x20), _item(DATA, "10.0.0.2", "10.0.0.1", 0x10),
+              _item(NACK, "10.0.0.3", "10.0.0.4", 0x44), _item(DATA, "10.0.0.4", "10.0.0.3", 0x33)]
+    outputs = []
+
+    def offer(ctx, cmd):
+        ctx.set(dut.ctl.valid, 1)
+        for name in ("table", "index", "data"):
+            ctx.set(getattr(dut.ctl.payload, name), cmd[name])
+
+    async def process(ctx, rst):
+        ctx.set(dut.o.ready, 1)
+        for cmd in first[:-1]:
+            await _command(ctx, dut, cmd)
+        ctx.set(dut.i.payload.as_value(), pack(in_layout, filler))
+        ctx.set(dut.i.valid, 1)
+        for _ in range(QpClassifier.latency + 2):
+            await ctx.tick()
+        assert ctx.get(dut.o.valid)
+        await _command(ctx, dut, first[-1])
+        for _ in range(stall_after):
+            await ctx.tick()
+        ctx.set(dut.o.ready, 0)
+        offer(ctx, second[0])
+        for _ in range(6):
+            assert not ctx.get(dut.ctl.ready)
+            await ctx.tick()
+        ctx.set(dut.o.ready, 1)
+        for cmd in second:
+            await _command(ctx, dut, cmd)
+        ctx.set(dut.i.valid, 0)
+        for _ in range(QpClassifier.latency + 2):
+            await ctx.tick()
+        for probe in probes + [None] * (QpClassifier.latency + 1):
+            ctx.set(dut.i.valid, probe is not None)
+            if probe is not None:
+                ctx.set(dut.i.payload.as_value(), pack(in_layout, probe))
+            if ctx.get(dut.o.valid):
+                outputs.append(unpack(out_layout, ctx.get(dut.o.payload.as_value())))
+            await ctx.tick()
+
+    _simulate(dut, process)
+    assert [(o["qp_hit"], o["qp"]) for o in outputs] == [(1, 9), (1, 9), (1, 5), (1, 5)]
+
+
 # -- synthesis --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.regression

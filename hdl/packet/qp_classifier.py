@@ -60,9 +60,12 @@ Choices where neither the paper nor the brief fixes them:
   Commands enter the pipeline ahead of items (one bubble each, and one free cycle before the next command) and
   write the table when they reach the stage where items read it, so a command takes effect between two items,
   and no item's read meets a write in the same cycle: read-during-write behaviour never matters (only a
-  bubble's read, whose data nobody uses, can meet a CLEAR's sweep). The golden model's control plane
-  (:class:`lbpipe.sim.packet.qp_classifier.QpTable`) computes buckets, picks free ways, relocates, and reports a
-  collision it cannot resolve as an error.
+  bubble's read, whose data nobody uses, can meet a CLEAR's sweep). A KEY word reaches the staging register one
+  cycle after the edge that accepts it (registered on the way, so the output side's ready never reaches the
+  staging register's enables); an INSERT writes at the soonest two edges after the KEY before it, and checks
+  (``ipv6=False``) that the staged key fits where it writes. None of this shows at the ports. The golden model's
+  control plane (:class:`lbpipe.sim.packet.qp_classifier.QpTable`) computes buckets, picks free ways, relocates,
+  and reports a collision it cannot resolve as an error.
 * **Reset** empties the pipeline and clears the statistics. The table is a memory and keeps its contents; the
   staging register and a command already accepted (an INSERT, DELETE or CLEAR on its way, or a CLEAR's sweep)
   are not reset either, so once the AXI4-Lite write of a command has completed, the command takes effect.
@@ -319,22 +322,30 @@ class QpClassifier(wiring.Component):
 
         # Entry: commands take priority over items; a command is followed by one free cycle before the next
         # command (so the staging register cannot change under an INSERT before it writes), and a CLEAR blocks
-        # the entry until its sweep is done.
+        # the entry until its sweep is done. ``open_ctl`` is the entry's state without ``adv`` (registers only):
+        # the registers that load only when ``adv`` is high take it, not ``ctl.ready``, so ``adv`` (the output
+        # side's ready) reaches them as an enable and never through the command decode.
         blocked = Signal()
+        open_ctl = Signal()
         m.d.comb += [
             blocked.eq(s1_cmd.clear | s2_cmd.clear | sweeping),
-            self.ctl.ready.eq(adv & ~blocked & ~(s1_cmd.insert | s1_cmd.delete)),
+            open_ctl.eq(~blocked & ~(s1_cmd.insert | s1_cmd.delete)),
+            self.ctl.ready.eq(adv & open_ctl),
             self.i.ready.eq(adv & ~blocked & ~self.ctl.valid),
         ]
         cmd = self.ctl.payload
         take_ctl = self.ctl.valid & self.ctl.ready
+        # Equal to take_ctl whenever adv is high, which is when s1_cmd loads.
+        offer_ctl = self.ctl.valid & open_ctl
         slot_ok = cmd.index < n_ways * n_buckets
         way_field = cmd.index[bucket_bits:]
         next_cmd = Signal(cmd_layout)
         m.d.comb += [
-            next_cmd.insert.eq(take_ctl & (cmd.table == TABLE_INSERT) & slot_ok & (unfit == 0)),
-            next_cmd.delete.eq(take_ctl & (cmd.table == TABLE_DELETE) & slot_ok),
-            next_cmd.clear.eq(take_ctl & (cmd.table == TABLE_CLEAR)),
+            # An INSERT of a key a 32-bit table cannot store is dropped where it writes (``unfit`` is checked
+            # there, against the staged key it would write).
+            next_cmd.insert.eq(offer_ctl & (cmd.table == TABLE_INSERT) & slot_ok),
+            next_cmd.delete.eq(offer_ctl & (cmd.table == TABLE_DELETE) & slot_ok),
+            next_cmd.clear.eq(offer_ctl & (cmd.table == TABLE_CLEAR)),
             next_cmd.way.eq(Cat(way_field == w for w in range(n_ways))),
             next_cmd.bucket.eq(cmd.index[:bucket_bits]),
             next_cmd.qp.eq(cmd.data[:qbits]),
@@ -347,8 +358,19 @@ class QpClassifier(wiring.Component):
         m.d.sync += [hold(s1_cmd.as_value(), adv, next_cmd.as_value()),
                      hold(s2_cmd.as_value(), adv, s1_cmd.as_value())]
 
-        word = cmd.data
-        put = [take_ctl & (cmd.table == TABLE_KEY) & (cmd.index == k) for k in range(KEY_WORDS)]
+        # A KEY word is written one cycle after the edge that accepts it, from registers (``key_took``, the word
+        # it names, its data): the staging register's enables are then two register inputs, not ``adv`` through
+        # ``ctl.ready`` and the table/index decode (7 logic levels inside pro-tx-wire). Nothing reads the staging
+        # register earlier: the INSERT right behind a KEY writes the table two edges after it at the soonest.
+        key_took = Signal(reset_less=True)
+        key_word = Signal(KEY_WORDS, reset_less=True)
+        word = Signal(64, name="key_data", reset_less=True)
+        m.d.sync += [
+            key_took.eq(take_ctl & (cmd.table == TABLE_KEY)),
+            key_word.eq(Cat(cmd.index == k for k in range(KEY_WORDS))),
+            word.eq(cmd.data),
+        ]
+        put = [key_took & key_word[k] for k in range(KEY_WORDS)]
         m.d.sync += [
             hold(staged.qpn, put[0], word[:QPN_BITS]),
             hold(staged.dir, put[0], word[24]),
@@ -379,13 +401,14 @@ class QpClassifier(wiring.Component):
         # Writes come from the second stage, where items read: the item ahead read a cycle earlier, the item
         # behind reads a cycle after the command leaves. The write repeats harmlessly while the stage is stalled.
         new_slot = Signal(slot_layout)
-        m.d.comb += [new_slot.valid.eq(s2_cmd.insert & ~sweeping), new_slot.qp.eq(s2_cmd.qp),
+        insert = s2_cmd.insert & (unfit == 0)
+        m.d.comb += [new_slot.valid.eq(insert & ~sweeping), new_slot.qp.eq(s2_cmd.qp),
                      new_slot.key.eq(staged)]
         for w, (wr, _) in enumerate(ways):
             m.d.comb += [
                 wr.addr.eq(Mux(sweeping, sweep_addr, s2_cmd.bucket)),
                 wr.data.eq(new_slot),
-                wr.en.eq(sweeping | ((s2_cmd.insert | s2_cmd.delete) & s2_cmd.way[w])),
+                wr.en.eq(sweeping | ((insert | s2_cmd.delete) & s2_cmd.way[w])),
             ]
 
 
