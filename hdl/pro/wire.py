@@ -80,9 +80,11 @@ def _skid(m, name, valid, payload, ready, sink):
 
 
 def _counter(m, name, inc):
-    """A 32-bit wrapping counter in two 16-bit halves, the carry registered between them (short carry chains)."""
+    """A 32-bit wrapping counter in two 16-bit halves, the carry registered between them (short carry chains); the
+    increment is registered first, so the count trails its event by a clock and the event's logic ends at a flip-flop."""
     lo, hi, carry = Signal(16, name=f"{name}_lo"), Signal(16, name=f"{name}_hi"), Signal(name=f"{name}_c")
-    m.d.sync += [Cat(lo, carry).eq(lo + inc), hi.eq(hi + carry)]
+    inc_r = Signal(name=f"{name}_inc")
+    m.d.sync += [inc_r.eq(inc), Cat(lo, carry).eq(lo + inc_r), hi.eq(hi + carry)]
     return Cat(lo, hi)
 
 

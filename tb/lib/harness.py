@@ -293,18 +293,18 @@ class AxisBench:
 
     async def recv_frame(self, deadline, what):
         """The next frame from the sink, or an ``AssertionError`` naming ``what`` was still missing if none has come
-        by cycle ``deadline`` of :attr:`cycle` (a stalled pipeline fails the test rather than hanging it)."""
+        by cycle ``deadline`` of :attr:`bench_cycle` (a stalled pipeline fails the test rather than hanging it)."""
         while self.sink.empty():
-            if self.cycle >= deadline:
+            if self.bench_cycle >= deadline:
                 raise AssertionError(
-                    f"timed out at cycle {self.cycle}: {what} never left m_axis; the source still holds "
+                    f"timed out at cycle {self.bench_cycle}: {what} never left m_axis; the source still holds "
                     f"{self.source.queue_occupancy_frames} frames ({self.source.queue_occupancy_bytes} bytes), "
                     f"s_axis_tready={self.dut.s_axis_tready.value}, m_axis_tvalid={self.dut.m_axis_tvalid.value}")
             await RisingEdge(self.dut.clk)
         return self.sink.recv_nowait()
 
     @property
-    def cycle(self):
+    def bench_cycle(self):
         """Clock cycles since the bench was built."""
         return self._cycle
 
@@ -319,7 +319,7 @@ class AxisBench:
         have not all left within ``cycles`` (default :meth:`wait_budget`)."""
         from lbpipe.tb.lib.packets import classify, icrc
         errors = []
-        deadline = self.cycle + self.wait_budget(expected, cycles)
+        deadline = self.bench_cycle + self.wait_budget(expected, cycles)
         for i, want in enumerate(expected):
             what = (f"output frame {i} of {len(expected)} ({len(want)} bytes, kind {classify(want)['kind']}; "
                     f"{i} received)")
@@ -385,7 +385,7 @@ class AxisBench:
                 out = model.process(frame)
                 expected += out if isinstance(out, list) else [out]
                 self.send(frame)
-            deadline = self.cycle + self.wait_budget(expected)
+            deadline = self.bench_cycle + self.wait_budget(expected)
             for i, want in enumerate(expected):
                 got = bytes((await self.recv_frame(deadline, f"{size}-byte frames: output {i}")).tdata)
                 assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
@@ -425,10 +425,10 @@ class AxisBench:
         # Bounded: a pipeline that stops taking input would otherwise keep the source non-empty for ever. The budget
         # grows with the pauses (a fraction p of cycles paused leaves 1 - p of them to move beats).
         scale = 1 / max(0.05, 1 - max(idle, backpressure))
-        deadline = self.cycle + int(scale * self.wait_budget(frames)) + quiet_cycles
+        deadline = self.bench_cycle + int(scale * self.wait_budget(frames)) + quiet_cycles
         while quiet < quiet_cycles or not self.source.empty():
-            if self.cycle >= deadline:
-                raise AssertionError(f"replay timed out at cycle {self.cycle}: the source still holds "
+            if self.bench_cycle >= deadline:
+                raise AssertionError(f"replay timed out at cycle {self.bench_cycle}: the source still holds "
                                      f"{self.source.queue_occupancy_frames} frames, {len(out)} left m_axis")
             await RisingEdge(self.dut.clk)
             if self.sink.empty():
