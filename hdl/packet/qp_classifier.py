@@ -364,13 +364,16 @@ class QpClassifier(wiring.Component):
         # register earlier: the INSERT right behind a KEY writes the table two edges after it at the soonest.
         key_took = Signal(reset_less=True)
         key_word = Signal(KEY_WORDS, reset_less=True)
+        key_high = Signal(reset_less=True)          # the index's bits above the word number are all zero
         word = Signal(64, name="key_data", reset_less=True)
+        low = (KEY_WORDS - 1).bit_length()
         m.d.sync += [
             key_took.eq(take_ctl & (cmd.table == TABLE_KEY)),
-            key_word.eq(Cat(cmd.index == k for k in range(KEY_WORDS))),
+            key_word.eq(Cat(cmd.index[:low] == k for k in range(KEY_WORDS))),
+            key_high.eq(cmd.index[low:] == 0),
             word.eq(cmd.data),
         ]
-        put = [key_took & key_word[k] for k in range(KEY_WORDS)]
+        put = [key_took & key_high & key_word[k] for k in range(KEY_WORDS)]
         m.d.sync += [
             hold(staged.qpn, put[0], word[:QPN_BITS]),
             hold(staged.dir, put[0], word[24]),
