@@ -193,3 +193,25 @@ def deparse_cut_through(frame_bytes, action, *, fcs=False, depth=None):
     checksum = frame[l4 + 6:l4 + 8]
     bad = icrc_at + 4 + (4 if fcs else 0) > len(frame) or any(checksum)
     return bytes(out), bool(bad)
+
+
+def deparse_counted(frame_bytes, action, counters, *, cut_through, depth, fcs=False):
+    """A wire pipeline's deparser stage: :func:`deparse_cut_through` (``cut_through`` or ``fcs``; the frame buffer
+    bounds the frame only when not cut-through) or :func:`deparse`, counting in ``counters`` a frame the buffer
+    cannot hold (``"cut"``), a rewrite that does not apply (``"refused"``) and a frame found bad on the way
+    (``"bad"``). Returns ``(frame or None, bad)``."""
+    if cut_through or fcs:
+        result = deparse_cut_through(frame_bytes, action, fcs=fcs, depth=None if cut_through else depth)
+        if result is None:
+            counters["cut"] += 1
+            return None, False
+        out, bad = result
+        if action["rewrite"] and not rewrite_applies_cut_through(action["l4_off"], action["icrc_off"]):
+            counters["refused"] += 1
+        counters["bad"] += bad
+        return out, bad
+    if len(frame_bytes) > 64 * depth:
+        counters["cut"] += 1
+    elif action["rewrite"] and not rewrite_applies(len(frame_bytes), action["l4_off"], action["icrc_off"]):
+        counters["refused"] += 1
+    return deparse(frame_bytes, action, depth=depth), False

@@ -5,7 +5,7 @@ Also here: :class:`TxControlPlane` (the commands that install a QP: its classifi
 qp``, then its join).
 """
 
-from lbpipe.sim.packet.deparser import deparse, deparse_cut_through, rewrite_applies, rewrite_applies_cut_through
+from lbpipe.sim.packet.deparser import deparse_counted
 from lbpipe.sim.packet.parser import parse
 from lbpipe.sim.packet.qp_classifier import QpClassifier, QpTable, data_key
 from lbpipe.sim.pro.rr import RoundRobin
@@ -80,22 +80,9 @@ class ProTxWireModel:
         self.counters["checksum"] += declined
         action = {"tag": 0, "drop": 0, "rewrite": int(wanted and not declined), "l4_off": meta["l4_off"],
                   "icrc_off": meta["icrc_off"], "sport_xor": xor}
-        self.last_bad = False
-        if self.cut_through:
-            out = deparse_cut_through(bytes(frame), action)
-            if out is None:
-                self.counters["cut"] += 1
-                return None
-            out, self.last_bad = out
-            if action["rewrite"] and not rewrite_applies_cut_through(action["l4_off"], action["icrc_off"]):
-                self.counters["refused"] += 1
-            self.counters["bad"] += self.last_bad
-            return out
-        if len(frame) > 64 * self.depth:
-            self.counters["cut"] += 1
-        elif action["rewrite"] and not rewrite_applies(len(frame), action["l4_off"], action["icrc_off"]):
-            self.counters["refused"] += 1
-        return deparse(bytes(frame), action, depth=self.depth)
+        out, self.last_bad = deparse_counted(bytes(frame), action, self.counters, cut_through=self.cut_through,
+                                             depth=self.depth)
+        return out
 
 
 class TxControlPlane:

@@ -4,8 +4,7 @@ and :class:`lbpipe.hdl.themis.wire.ThemisDWire` (parser, QP classifier, Themis-D
 from lbpipe.hdl.themis.themis_d import check_parameters as check_themis_d
 from lbpipe.hdl.themis.wire import TABLE_THEMIS_D_BASE
 from lbpipe.sim.packet.compensator import Compensator
-from lbpipe.sim.packet.deparser import (deparse, deparse_cut_through, rewrite_applies,
-                                       rewrite_applies_cut_through)
+from lbpipe.sim.packet.deparser import deparse_counted
 from lbpipe.sim.packet.parser import parse
 from lbpipe.sim.packet.qp_classifier import QpClassifier
 from lbpipe.sim.themis.themis_d import ThemisD
@@ -54,23 +53,9 @@ class ThemisSWireModel:
             "tag": meta["tag"], "drop": 0, "rewrite": int(wanted and not declined),
             "l4_off": meta["l4_off"], "icrc_off": meta["icrc_off"], "sport_xor": result["udp_sport_xor"],
         }
-        self.last_bad = False
-        if self.cut_through or self.fcs:
-            depth = None if self.cut_through else self.depth
-            result = deparse_cut_through(bytes(frame), action, fcs=self.fcs, depth=depth)
-            if result is None:
-                self.counters["cut"] += 1
-                return None
-            out, self.last_bad = result
-            if action["rewrite"] and not rewrite_applies_cut_through(action["l4_off"], action["icrc_off"]):
-                self.counters["refused"] += 1
-            self.counters["bad"] += self.last_bad
-            return out
-        if len(frame) > 64 * self.depth:
-            self.counters["cut"] += 1
-        elif action["rewrite"] and not rewrite_applies(len(frame), action["l4_off"], action["icrc_off"]):
-            self.counters["refused"] += 1
-        return deparse(bytes(frame), action, depth=self.depth)
+        out, self.last_bad = deparse_counted(bytes(frame), action, self.counters, cut_through=self.cut_through,
+                                             depth=self.depth, fcs=self.fcs)
+        return out
 
 
 class ThemisDWireModel:
