@@ -116,3 +116,13 @@ def test_no_elaborate_is_longer_than_200_lines():
                 if lines > MAX_ELABORATE:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} elaborate is {lines} lines")
     assert not long, "\n".join(long)
+
+
+def test_every_package_ships():
+    """Every package directory is listed in pyproject.toml, so ``pip install .`` (not only an editable install,
+    which finds subpackages by path) ships it."""
+    import re
+    listed = set(re.findall(r'^\s*"(lbpipe(?:\.\w+)*)",\s*$', (ROOT / "pyproject.toml").read_text(), re.M))
+    present = {_module(init) for layer in LAYERS for init in (ROOT / layer).rglob("__init__.py")}
+    missing = sorted(present - listed)
+    assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"

@@ -221,3 +221,15 @@ BLOCKS.append(Block(
     paper={"LUT": 3012, "FF": 3866, "CARRY8": 119, "BRAM": 8},
     report_extra=_pacer_extra,
 ))
+
+
+# -- per-path loss detection (laps-loss) -----------------------------------------------------------------------------
+# (entry appended below by the loss-detection work)
+
+
+# -- sender in the wire (laps-tx-wire) -------------------------------------------------------------------------------
+# (entry appended below by the sender-pipeline work)
+
+
+# -- receiver in the wire (laps-rx-wire) -----------------------------------------------------------------------------
+# (entry appended below by the receiver-pipeline work)

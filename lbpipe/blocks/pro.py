@@ -161,3 +161,7 @@ BLOCKS.append(Block(
     interface="packet",
     report_extra=_nak_extra,
 ))
+
+
+# -- receiver in the wire (pro-rx-wire) ------------------------------------------------------------------------------
+# (entry appended below by the receiver-pipeline work)
