@@ -242,6 +242,35 @@ class StreamSink:
         self._task.cancel()
 
 
+class FirstBeats:
+    """Records the cycle of every frame's first beat accepted on ``s_axis`` and handed on at ``m_axis`` (reset
+    restarts the framing), and of every beat accepted on ``s_axis``."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.ins, self.outs, self.accepted = [], [], []
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        dut = self.dut
+        cycle, first_in, first_out = 0, True, True
+        while True:
+            await RisingEdge(dut.clk)
+            cycle += 1
+            if int(dut.rst.value):
+                first_in = first_out = True
+                continue
+            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
+                self.accepted.append(cycle)
+                if first_in:
+                    self.ins.append(cycle)
+                first_in = bool(int(dut.s_axis_tlast.value))
+            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
+                if first_out:
+                    self.outs.append(cycle)
+                first_out = bool(int(dut.m_axis_tlast.value))
+
+
 class AxisBench:
     """Clock, reset and cocotbext-axi ``AxiStreamSource``/``AxiStreamSink`` on ``s_axis_*``/``m_axis_*`` (and an
     ``AxiLiteMaster`` on ``s_axil_*`` when ``axil``), shared by the packet I/O testbenches. ``pauses`` gives the
@@ -369,30 +398,53 @@ class AxisBench:
         cocotb.start_soon(count())
         return accepted
 
-    async def size_bench(self, model, make_frame, *, count=48):
+    async def size_bench(self, model, make_frame, *, count=48, latency=False):
         """``lbpipe bench`` of a packet pipeline: for each frame size of ``LBPIPE_BENCH_SIZES`` (JSON list), send
         ``count`` frames of that size back to back (``make_frame(size, k)``), check every frame that leaves against
-        ``model``, and measure the beats accepted per clock; the results go to ``LBPIPE_BENCH_OUT`` as JSON."""
+        ``model``, and measure the beats accepted per clock; the results go to ``LBPIPE_BENCH_OUT`` as JSON.
+
+        With ``latency``, each size first sends one frame alone on the idle pipeline (``make_frame(size, -1)``) and
+        reports the cycles from its first beat in to its first beat out (``first_beat_latency``), and the largest
+        such span across the back-to-back run (``first_beat_latency_max``); every frame must then leave ``m_axis``
+        as one frame out per frame in. Returns the results."""
         import json
         results = []
+        beats_seen = FirstBeats(self.dut) if latency else None
         for size in json.loads(os.environ["LBPIPE_BENCH_SIZES"]):
+            result = {"size": size}
+            if latency:
+                first = len(beats_seen.ins)
+                await self._bench_frames(model, [make_frame(size, -1)], f"{size}-byte frame alone")
+                result["first_beat_latency"] = beats_seen.outs[first] - beats_seen.ins[first]
+                await ClockCycles(self.dut.clk, 20)
+                first = len(beats_seen.ins)
             frames = [make_frame(size, k) for k in range(count)]
             assert all(len(f) == size for f in frames), f"frames of {size} bytes asked for"
             beats = count * -(-size // 64)
             accepted = self.count_accepted(beats)
-            expected = []
-            for frame in frames:
-                out = model.process(frame)
-                expected += out if isinstance(out, list) else [out]
-                self.send(frame)
-            deadline = self.bench_cycle + self.wait_budget(expected)
-            for i, want in enumerate(expected):
-                got = bytes((await self.recv_frame(deadline, f"{size}-byte frames: output {i}")).tdata)
-                assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
-            results.append({"size": size, "frames": count, "beats": beats, "cycles": len(accepted),
-                            "beats_per_clock": beats / len(accepted)})
+            await self._bench_frames(model, frames, f"{size}-byte frames")
+            result.update({"frames": count, "beats": beats, "cycles": len(accepted),
+                           "beats_per_clock": beats / len(accepted)})
+            if latency:
+                result["first_beat_latency_max"] = max(o - i for i, o in zip(beats_seen.ins[first:],
+                                                                            beats_seen.outs[first:]))
+                await ClockCycles(self.dut.clk, 20)
+            results.append(result)
         with open(os.environ["LBPIPE_BENCH_OUT"], "w") as f:
             json.dump(results, f)
+        return results
+
+    async def _bench_frames(self, model, frames, what):
+        """Send ``frames`` back to back and check what leaves against ``model``."""
+        expected = []
+        for frame in frames:
+            out = model.process(frame)
+            expected += out if isinstance(out, list) else [out]
+            self.send(frame)
+        deadline = self.bench_cycle + self.wait_budget(expected)
+        for i, want in enumerate(expected):
+            got = bytes((await self.recv_frame(deadline, f"{what}: output {i}")).tdata)
+            assert got == want, f"{what}: output {i} differs from the golden model"
 
     async def replay_setup(self):
         """For ``lbpipe replay --engine rtl`` of a packet pipeline: write the commands of ``LBPIPE_CTL`` and queue

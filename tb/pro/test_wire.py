@@ -11,7 +11,7 @@ import os
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from lbpipe.sim.pro.wire import ProTxWireModel, TxControlPlane
 from lbpipe.tb.lib.harness import AxisBench
@@ -303,31 +303,6 @@ async def algorithm1_ports(dut):
     assert not errors, "\n".join(errors[:10])
 
 
-class FirstBeats:
-    """Records the cycle of every frame's first beat accepted on ``s_axis`` and handed on at ``m_axis``."""
-
-    def __init__(self, dut):
-        self.dut = dut
-        self.ins, self.outs, self.accepted = [], [], []
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        dut = self.dut
-        cycle, first_in, first_out = 0, True, True
-        while True:
-            await RisingEdge(dut.clk)
-            cycle += 1
-            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
-                self.accepted.append(cycle)
-                if first_in:
-                    self.ins.append(cycle)
-                first_in = bool(int(dut.s_axis_tlast.value))
-            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
-                if first_out:
-                    self.outs.append(cycle)
-                first_out = bool(int(dut.m_axis_tlast.value))
-
-
 @cocotb.test()
 async def bench(dut):
     """``lbpipe bench pro-tx-wire``: per size of ``LBPIPE_BENCH_SIZES``, one frame alone then 48 back to back, all
@@ -344,38 +319,12 @@ async def bench(dut):
     for c in cmds:
         await tb.control(c)
         model.control(c)
-    beats_seen = FirstBeats(dut)
-    results, psn = [], 0
-    for size in json.loads(os.environ["LBPIPE_BENCH_SIZES"]):
-        def make():
-            nonlocal psn
-            psn += 1
-            return sized_data(size, "10.0.0.1", "10.0.0.2" if psn % 2 else "10.0.0.3", 0xC000, 0x123 if psn % 2
-                              else 0x77, psn)
-        first = len(beats_seen.ins)
-        frame = make()
-        tb.send(frame)
-        got = bytes((await tb.sink.recv()).tdata)
-        assert got == model.process(frame), f"{size}-byte frame alone differs from the golden model"
-        alone = beats_seen.outs[first] - beats_seen.ins[first]
-        await ClockCycles(dut.clk, 20)
-        count = 48
-        first, first_beat = len(beats_seen.ins), len(beats_seen.accepted)
-        frames = [make() for _ in range(count)]
-        expected = [model.process(f) for f in frames]
-        for f in frames:
-            tb.send(f)
-        for i, want in enumerate(expected):
-            got = bytes((await tb.sink.recv()).tdata)
-            assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
-        accepted = beats_seen.accepted[first_beat:]
-        spans = [o - i for i, o in zip(beats_seen.ins[first:], beats_seen.outs[first:])]
-        beats = count * -(-size // 64)
-        cycles = accepted[-1] - accepted[0] + 1
-        results.append({"size": size, "frames": count, "beats": beats, "cycles": cycles,
-                        "beats_per_clock": beats / cycles, "first_beat_latency": alone,
-                        "first_beat_latency_max": max(spans)})
-        await ClockCycles(dut.clk, 20)
+    psn = 0
+
+    def make_frame(size, k):
+        nonlocal psn
+        psn += 1
+        return sized_data(size, "10.0.0.1", "10.0.0.2" if psn % 2 else "10.0.0.3", 0xC000,
+                          0x123 if psn % 2 else 0x77, psn)
+    results = await tb.size_bench(model, make_frame, latency=True)
     assert model.stats()[3] == 49 * len(results)          # every frame scheduled
-    with open(os.environ["LBPIPE_BENCH_OUT"], "w") as f:
-        json.dump(results, f)

@@ -10,7 +10,7 @@ golden model is built to match.
 import os
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from lbpipe.sim.themis.wire import ThemisSWireModel
 from lbpipe.tb.lib.packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, roce_ack, roce_cnp, roce_data, roce_nak, sized_data
@@ -145,34 +145,6 @@ async def reset_mid_traffic(dut):
     assert not errors, "\n".join(errors[:10])
 
 
-class FirstBeats:
-    """Records the cycle of every frame's first beat accepted on ``s_axis`` and handed on at ``m_axis``."""
-
-    def __init__(self, dut):
-        self.dut = dut
-        self.ins, self.outs, self.accepted = [], [], []
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        dut = self.dut
-        cycle, first_in, first_out = 0, True, True
-        while True:
-            await RisingEdge(dut.clk)
-            cycle += 1
-            if int(dut.rst.value):
-                first_in = first_out = True
-                continue
-            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
-                self.accepted.append(cycle)
-                if first_in:
-                    self.ins.append(cycle)
-                first_in = bool(int(dut.s_axis_tlast.value))
-            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
-                if first_out:
-                    self.outs.append(cycle)
-                first_out = bool(int(dut.m_axis_tlast.value))
-
-
 async def _program(tb, model, n_paths, rng):
     for p in range(n_paths):
         cmd = {"table": 0, "index": p, "data": rng.randrange(1 << 16)}
@@ -182,10 +154,9 @@ async def _program(tb, model, n_paths, rng):
 
 @cocotb.test()
 async def bench(dut):
-    """``lbpipe bench themis-s-wire``: for each size of ``LBPIPE_BENCH_SIZES``, 48 RoCEv2 data frames of one QP,
-    sprayed, back to back, every frame out checked against the golden model; beats accepted per clock, and the
-    cycles from each frame's first beat in to its first beat out (after a frame alone on the idle pipeline, then
-    across the back-to-back run). Results to ``LBPIPE_BENCH_OUT``."""
+    """``lbpipe bench themis-s-wire``: for each size of ``LBPIPE_BENCH_SIZES``, RoCEv2 data frames of one QP,
+    sprayed, one alone then 48 back to back, every frame out checked against the golden model; beats accepted per
+    clock and first-beat latency (alone, and the maximum back to back). Results to ``LBPIPE_BENCH_OUT``."""
     import json
     import random
     params = json.loads(os.environ["LBPIPE_PARAMS"])
@@ -193,43 +164,13 @@ async def bench(dut):
     await tb.reset()
     model = ThemisSWireModel(**params)
     await _program(tb, model, params["n_paths"], random.Random(1))
-    beats_seen = FirstBeats(dut)
-    results = []
     psn = 0
-    for size in json.loads(os.environ["LBPIPE_BENCH_SIZES"]):
-        def make():
-            nonlocal psn
-            psn += 1
-            frame = sized_data(size, "10.0.0.1", "10.0.0.2", 0xC000, 0x123, psn)
-            assert len(frame) == size
-            return frame
-        # One frame alone on an idle pipeline: its first-beat latency unloaded.
-        first = len(beats_seen.ins)
-        frame = make()
-        tb.send(frame)
-        got = bytes((await tb.sink.recv()).tdata)
-        assert got == model.process(frame), f"{size}-byte frame alone differs from the golden model"
-        alone = beats_seen.outs[first] - beats_seen.ins[first]
-        await ClockCycles(dut.clk, 20)
-        # Then 48 back to back.
-        count = 48
-        first, first_beat = len(beats_seen.ins), len(beats_seen.accepted)
-        frames = [make() for _ in range(count)]
-        expected = [model.process(f) for f in frames]
-        for f in frames:
-            tb.send(f)
-        for i, want in enumerate(expected):
-            got = bytes((await tb.sink.recv()).tdata)
-            assert got == want, f"{size}-byte frames: output {i} differs from the golden model"
-        accepted = beats_seen.accepted[first_beat:]
-        spans = [o - i for i, o in zip(beats_seen.ins[first:], beats_seen.outs[first:])]
-        beats = count * -(-size // 64)
-        results.append({"size": size, "frames": count, "beats": beats, "cycles": accepted[-1] - accepted[0] + 1,
-                        "beats_per_clock": beats / (accepted[-1] - accepted[0] + 1),
-                        "first_beat_latency": alone, "first_beat_latency_max": max(spans)})
-        await ClockCycles(dut.clk, 20)
-    with open(os.environ["LBPIPE_BENCH_OUT"], "w") as f:
-        json.dump(results, f)
+
+    def make_frame(size, k):
+        nonlocal psn
+        psn += 1
+        return sized_data(size, "10.0.0.1", "10.0.0.2", 0xC000, 0x123, psn)
+    await tb.size_bench(model, make_frame, latency=True)
 
 
 @cocotb.test()
