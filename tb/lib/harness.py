@@ -846,3 +846,15 @@ async def reset_mid_traffic(dut):
 async def reset_state(dut):
     """Reset, then the rest of the trace without a new set-up: outputs as the golden model's documented reset."""
     await run_reset_state_test(dut)
+
+
+@cocotb.test()
+async def harness_catches_a_wrong_output(dut):
+    """Self-test of the scoreboard: one expected output has a flipped bit, so the run must fail on it."""
+    await expect_failure(run_trace_test(dut, corrupt="output"), "(rtl, golden) differ in")
+
+
+@cocotb.test()
+async def harness_catches_a_wrong_cycle(dut):
+    """Self-test of the timing check: one predicted output cycle is off by one, so the run must fail on it."""
+    await expect_failure(run_trace_test(dut, corrupt="timing"), "golden model predicts")
