@@ -6,13 +6,12 @@ import ipaddress
 import random
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from lbpipe.engine import run_golden, run_rtl
 from lbpipe.hdl.laps.pst import Pst, PstItem, PstResult
 from lbpipe.sim.laps.pst import Pst as Golden
 from lbpipe.sim.laps.pst import PstTable, TableFull, pst_bench, pst_commands, pst_trace
+from lbpipe.tb.lib.pysim import command, simulate
 from lbpipe.trace import pack, unpack
 
 #: Control tables and record layout as docs/laps_pst.md states them (not imported from the code under test).
@@ -334,31 +333,6 @@ def test_harness_can_fail(testcase):
 
 # -- cycle-exact cases in Amaranth's simulator -------------------------------------------------------------------------
 
-def _simulate(dut, process):
-    m = Module()
-    m.domains.sync = domain = ClockDomain()
-    m.submodules.dut = dut
-    sim = Simulator(m)
-    sim.add_clock(4e-9)
-
-    async def testbench(ctx):
-        await process(ctx, domain.rst)
-    sim.add_testbench(testbench)
-    sim.run()
-
-
-async def _command(ctx, dut, cmd):
-    ctx.set(dut.ctl.valid, 1)
-    for name in ("table", "index", "data"):
-        ctx.set(getattr(dut.ctl.payload, name), cmd[name])
-    while True:
-        ready = ctx.get(dut.ctl.ready)
-        await ctx.tick()
-        if ready:
-            break
-    ctx.set(dut.ctl.valid, 0)
-
-
 def _run_cycles(dut, setup, schedule, n_items, params):
     """Offer ``n_items`` items (tags 0..n-1, item ``n`` = ``schedule['items'][n]``) on every clock, and command
     ``c`` when ``schedule['ctl']`` maps the cycle to it; record (cycle, accepted tag), (cycle, output) and the
@@ -370,7 +344,7 @@ def _run_cycles(dut, setup, schedule, n_items, params):
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for c in setup:
-            await _command(ctx, dut, c)
+            await command(ctx, dut, c)
         for _ in range(8):
             await ctx.tick()
         queue = list(range(n_items))
@@ -401,7 +375,7 @@ def _run_cycles(dut, setup, schedule, n_items, params):
                 log["outputs"].append((cycle, out))
             cycle += 1
         ctx.set(dut.ctl.valid, 0)
-    _simulate(dut, process)
+    simulate(dut, process)
     return log
 
 
@@ -477,8 +451,8 @@ def test_accepted_command_survives_reset():
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for c in setup:
-            await _command(ctx, dut, c)
-        await _command(ctx, dut, {"table": DELETE, "index": _bucket(a, 0, 0, 8), "data": 0})
+            await command(ctx, dut, c)
+        await command(ctx, dut, {"table": DELETE, "index": _bucket(a, 0, 0, 8), "data": 0})
         ctx.set(rst, 1)
         await ctx.tick()
         ctx.set(rst, 0)
@@ -494,7 +468,7 @@ def test_accepted_command_survives_reset():
                 seen["out"] = unpack(out_layout, ctx.get(dut.o.payload.as_value()))
                 break
             await ctx.tick()
-    _simulate(dut, process)
+    simulate(dut, process)
     assert seen["stats"] == 0
     assert seen["out"]["tag"] == 3 and seen["out"]["hit"] == 0
 

@@ -7,8 +7,6 @@ import json
 import random
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from lbpipe.boards.top import AxiLiteTop
 from lbpipe.hdl.lib.meta import PacketKind
@@ -17,6 +15,7 @@ from lbpipe.hdl.packet.qp_classifier import (TABLE_CLEAR, TABLE_DELETE, TABLE_IN
 from lbpipe.sim.packet.qp_classifier import QpClassifier as Golden
 from lbpipe.sim.packet.qp_classifier import (Key, QpTable, TableFull, ack_key, bucket_of, data_key, key_words, pack_key,
                                       qp_classifier_trace, unpack_key)
+from lbpipe.tb.lib.pysim import command, simulate
 from lbpipe.trace import layout_fields, pack, unpack, write_events
 
 DATA, ACK, NACK = PacketKind.DATA.value, PacketKind.ACK.value, PacketKind.NACK.value
@@ -472,32 +471,6 @@ def test_rtl_regression(tmp_path, seed):
 
 # -- cycle-exact corner cases in Amaranth's simulator -----------------------------------------------------------------
 
-def _simulate(dut, process):
-    """Run ``process(ctx, rst)`` on ``dut`` in a ``sync`` domain whose reset ``rst`` it can drive."""
-    m = Module()
-    m.domains.sync = domain = ClockDomain()
-    m.submodules.dut = dut
-    sim = Simulator(m)
-    sim.add_clock(4e-9)
-
-    async def testbench(ctx):
-        await process(ctx, domain.rst)
-    sim.add_testbench(testbench)
-    sim.run()
-
-
-async def _command(ctx, dut, cmd):
-    ctx.set(dut.ctl.valid, 1)
-    for name in ("table", "index", "data"):
-        ctx.set(getattr(dut.ctl.payload, name), cmd[name])
-    while True:
-        ready = ctx.get(dut.ctl.ready)
-        await ctx.tick()
-        if ready:
-            break
-    ctx.set(dut.ctl.valid, 0)
-
-
 def test_accepted_command_survives_reset():
     """An INSERT accepted just before reset is asserted, while the output stalls the pipeline, still writes the
     table; a CLEAR's sweep too; and the entry stays closed for ``buckets + 2`` cycles after the one that accepts
@@ -531,7 +504,7 @@ def test_accepted_command_survives_reset():
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for cmd in cmds[:-1]:
-            await _command(ctx, dut, cmd)
+            await command(ctx, dut, cmd)
         # Stall the pipeline: an item in the output register, not taken. The INSERT is accepted just before the
         # stall begins (adv is high in the cycle the item reaches the output register).
         ctx.set(dut.i.payload.as_value(), pack(in_layout, item))
@@ -541,7 +514,7 @@ def test_accepted_command_survives_reset():
         for _ in range(QpClassifier.latency - 2):
             await ctx.tick()
         ctx.set(dut.o.ready, 0)
-        await _command(ctx, dut, cmds[-1])
+        await command(ctx, dut, cmds[-1])
         assert ctx.get(dut.o.valid) and not ctx.get(dut.ctl.ready)   # stalled, the INSERT inside
         ctx.set(rst, 1)
         for _ in range(3):
@@ -549,7 +522,7 @@ def test_accepted_command_survives_reset():
         ctx.set(rst, 0)
         results["after_reset"] = await lookup(ctx)
         # CLEAR: accepted, then reset at once; the sweep still runs, and the entry is closed meanwhile.
-        await _command(ctx, dut, {"table": TABLE_CLEAR, "index": 0, "data": 0})
+        await command(ctx, dut, {"table": TABLE_CLEAR, "index": 0, "data": 0})
         ctx.set(rst, 1)
         await ctx.tick()
         ctx.set(rst, 0)
@@ -560,7 +533,7 @@ def test_accepted_command_survives_reset():
         results["closed"] = closed
         results["after_clear"] = await lookup(ctx)
 
-    _simulate(dut, process)
+    simulate(dut, process)
     assert results["after_reset"]["qp_hit"] == 1 and results["after_reset"]["qp"] == 9
     assert results["after_clear"]["qp_hit"] == 0
     assert results["closed"] == params["buckets"] + 2
@@ -580,7 +553,7 @@ def test_one_item_per_clock_between_commands():
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for cmd in cmds:
-            await _command(ctx, dut, cmd)
+            await command(ctx, dut, cmd)
         cycle = 0
         queue = list(items)
         while len(produced) < len(items):
@@ -602,7 +575,7 @@ def test_one_item_per_clock_between_commands():
             if out:
                 produced.append((cycle, tag["tag"], tag["qp_hit"]))
 
-    _simulate(dut, process)
+    simulate(dut, process)
     gaps = [b - a for a, b in zip(accepted, accepted[1:])]
     assert gaps == [1] * 4 + [2] + [1] * 6
     assert [c for c, _, _ in produced] == [a + QpClassifier.latency for a in accepted]
@@ -631,7 +604,7 @@ def test_every_key_bit_is_compared(ipv6):
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for cmd in cmds:
-            await _command(ctx, dut, cmd)
+            await command(ctx, dut, cmd)
         for item in items + [None] * (QpClassifier.latency + 1):
             ctx.set(dut.i.valid, item is not None)
             if item is not None:
@@ -640,7 +613,7 @@ def test_every_key_bit_is_compared(ipv6):
                 outputs.append(unpack(out_layout, ctx.get(dut.o.payload.as_value())))
             await ctx.tick()
 
-    _simulate(dut, process)
+    simulate(dut, process)
     assert [(o["tag"], o["qp_hit"], o["qp"]) for o in outputs] == [(0, 1, 11)] + [(n, 0, 0) for n in
                                                                                  range(1, len(items))]
 
@@ -691,7 +664,7 @@ def test_back_to_back_commands():
                 outputs.append(unpack(out_layout, ctx.get(dut.o.payload.as_value())))
             await ctx.tick()
 
-    _simulate(dut, process)
+    simulate(dut, process)
     assert [(o["qp_hit"], o["qp"]) for o in outputs] == [(0, 0), (0, 0), (1, 4), (1, 4)]
     assert [(o["qp_hit"], o["qp"]) for o in outputs] == [(model.process(p)["qp_hit"], model.process(p)["qp"])
                                                         for p in probes]
@@ -722,13 +695,13 @@ def test_waiting_key_word_leaves_a_stalled_insert_alone(stall_after):
     async def process(ctx, rst):
         ctx.set(dut.o.ready, 1)
         for cmd in first[:-1]:
-            await _command(ctx, dut, cmd)
+            await command(ctx, dut, cmd)
         ctx.set(dut.i.payload.as_value(), pack(in_layout, filler))
         ctx.set(dut.i.valid, 1)
         for _ in range(QpClassifier.latency + 2):
             await ctx.tick()
         assert ctx.get(dut.o.valid)
-        await _command(ctx, dut, first[-1])
+        await command(ctx, dut, first[-1])
         for _ in range(stall_after):
             await ctx.tick()
         ctx.set(dut.o.ready, 0)
@@ -738,7 +711,7 @@ def test_waiting_key_word_leaves_a_stalled_insert_alone(stall_after):
             await ctx.tick()
         ctx.set(dut.o.ready, 1)
         for cmd in second:
-            await _command(ctx, dut, cmd)
+            await command(ctx, dut, cmd)
         ctx.set(dut.i.valid, 0)
         for _ in range(QpClassifier.latency + 2):
             await ctx.tick()
@@ -750,7 +723,7 @@ def test_waiting_key_word_leaves_a_stalled_insert_alone(stall_after):
                 outputs.append(unpack(out_layout, ctx.get(dut.o.payload.as_value())))
             await ctx.tick()
 
-    _simulate(dut, process)
+    simulate(dut, process)
     assert [(o["qp_hit"], o["qp"]) for o in outputs] == [(1, 9), (1, 9), (1, 5), (1, 5)]
 
 
