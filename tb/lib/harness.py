@@ -332,6 +332,11 @@ class AxisBench:
             await RisingEdge(self.dut.clk)
         return self.sink.recv_nowait()
 
+    async def recv(self, what="the next frame", cycles=None):
+        """The next frame from the sink, within :meth:`wait_budget` of the frames still queued (or ``cycles``): a
+        stalled pipeline fails the test naming ``what`` rather than hanging it."""
+        return await self.recv_frame(self.bench_cycle + self.wait_budget([], cycles), what)
+
     @property
     def bench_cycle(self):
         """Clock cycles since the bench was built."""

@@ -558,8 +558,8 @@ async def tag_wrap(dut):
     from cocotbext.axi import AxiStreamFrame
     for _ in range(count):
         tb.source.send_nowait(AxiStreamFrame(frame))
-    for _ in range(count):
-        await tb.sink.recv()
+    for k in range(count):
+        await tb.recv(f"frame {k} of {count}")
     await ClockCycles(dut.clk, Parser.latency + 2)
     tags = [item["tag"] for item in tb.meta.items]
     assert tags == [k & 0xFFFF for k in range(count)], "tags do not count frames modulo 2**16"

@@ -103,7 +103,7 @@ class TB(AxisBench):
         from lbpipe.tb.lib.packets import classify
         errors = []
         for i, want in enumerate(expected):
-            got = bytes((await self.sink.recv()).tdata)
+            got = bytes((await self.recv(f"output frame {i}")).tdata)
             if got != want:
                 at = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), None)
                 errors.append(f"output frame {i} ({len(want)} bytes): differs from the golden model at byte {at} "
@@ -176,7 +176,7 @@ async def reset_mid_traffic(dut):
     dst, dqpn, sport, _ = next(q for q in qps if q[3])
     probe = bytes(roce_data("fd00::1" if ":" in dst else "10.0.0.1", dst, sport, dqpn, 1, payload_len=100))
     tb.send(probe)
-    got = bytes((await tb.sink.recv()).tdata)
+    got = bytes((await tb.recv("the data frame sent after reset")).tdata)
     errors = []
     if got != probe:
         errors.append("a data frame right after reset was rewritten: the round robin's QP state survived")
@@ -279,7 +279,7 @@ async def algorithm1_ports(dut):
     paths = iter(hand_algorithm1(sched, {q: qps[q][2] for q in "abcde"}, seeds, m))
     errors = []
     for n, (f, (q, real)) in enumerate(zip(frames, kinds)):
-        got = bytes((await tb.sink.recv()).tdata)
+        got = bytes((await tb.recv(f"output frame {n}")).tdata)
         if q in ("a", "b", "c", "d"):
             want = pid[(qps[q][2], next(paths))]
             old = qps[q][5]

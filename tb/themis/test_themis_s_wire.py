@@ -136,7 +136,7 @@ async def reset_mid_traffic(dut):
         tb.send(f)
     errors = []
     for i, f in enumerate(frames):
-        got = bytes((await tb.sink.recv()).tdata)
+        got = bytes((await tb.recv(f"frame {i} after reset")).tdata)
         if got != model.process(f):
             errors.append(f"frame {i} after reset differs from the golden model")
     await ClockCycles(dut.clk, 50)
