@@ -40,6 +40,26 @@ def test_verilog_writes_top_core_and_layout(tmp_path, capsys):
     assert "[1/1] themis-d: Verilog" in capsys.readouterr().err
 
 
+def test_verilog_writes_a_fusesoc_core(tmp_path):
+    """The .core beside the Verilog is CAPI2 (FuseSoC's format, checked by hand here: a ``CAPI=2:`` first line, a
+    four-part VLNV name, filesets of files that exist and targets whose toplevel is a module in them)."""
+    assert main(["verilog", "themis-s", "--param", "n_paths=4", "-o", str(tmp_path)]) == 0
+    core = (tmp_path / "themis_s.core").read_text().splitlines()
+    assert core[0] == "CAPI=2:"
+    assert re.fullmatch(r"name: lbpipe:blocks:themis_s:\d+\.\d+\.\d+", core[1])
+    assert "n_paths=4" in core[2]
+    files = [line.split("- ", 1)[1] for line in core if line.startswith("      - ")]
+    assert files == ["themis_s.v", "themis_s_core.v"]
+    for name in files:
+        assert (tmp_path / name).exists()
+    tops = [line.split(": ", 1)[1] for line in core if line.startswith("    toplevel: ")]
+    assert tops == ["themis_s", "themis_s_core"]
+    for name, top in zip(files, tops):
+        assert re.search(rf"^module {top}\(", (tmp_path / name).read_text(), re.M)
+    targets = core[core.index("targets:") + 1:]
+    assert targets[0] == "  default:" and "    filesets: [top]" in targets and "    filesets: [core]" in targets
+
+
 @pytest.mark.parametrize("block, params", [
     ("themis-d", ["n_qps=8", "queue_depth=12", "n_paths=5", "entry_bits=6"]),
     ("themis-s", ["n_paths=11", "mode=port"]),
