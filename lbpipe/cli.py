@@ -235,8 +235,85 @@ def _synth_sweep(args):
     return 0
 
 
+def _synth_blocks(blocks, all_params, out, *, jobs, uram, progress):
+    """Each block's core and shipped top through Yosys (``jobs`` at a time; ``out/<block>`` for each), with the
+    registry's report lines; the reports in ``blocks``' order."""
+    from .synth import synthesize
+
+    def one(block, params):
+        component = block.build(**params)
+        with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
+            report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
+                                nolutram=block.synth_nolutram, uram=uram)
+        report["block"] = block.name
+        report["params"] = params
+        report["extra"] = dict(block.report_extra(params, component)) if block.report_extra else {}
+        ram_bits = report.get("bram_bits", 0) + report.get("uram_bits", 0)
+        if ram_bits:
+            report["extra"]["On-chip RAM occupied"] = (
+                f"{ram_bits / 8 / 1000:.1f} kB of block RAM and UltraRAM capacity ({report.get('ramb36', 0)} RAMB36, "
+                f"{report.get('ramb18', 0)} RAMB18, {report.get('uram', 0)} URAM)")
+        report["extra"]["Timing proxy"] = _level_verdict(report["logic_levels"])
+        return report
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, blocks, all_params))
+
+
+def cmd_report(args):
+    """``lbpipe report [BLOCK|all] [-o DIR] [--jobs N]``: synthesize (or read ``--from`` an ``lbpipe synth`` JSON)
+    and write the resource report; ``--sweep``: the table-size sweep of every block that has one."""
+    from . import report as rep
+    from .synth import synthesize
+    blocks = _selected(args.block)
+    out = pathlib.Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file; -o names a directory")
+    work = pathlib.Path(args.workdir)
+    if args.sweep:
+        if args.source:
+            raise ValueError("--from reads a synth report; the sweep synthesizes")
+        swept = [b for b in blocks if b.name in rep.SCALE]
+        if not swept:
+            raise ValueError(f"{args.block} has no table to sweep; blocks that do: {', '.join(rep.SCALE)}")
+        points = [(b, size, b.resolve(dict(b.resolve({}), **over))) for b in swept
+                  for size, over in rep.scale_points(b.name)]
+        for b, size, params in points:
+            b.check(params)
+        progress = Progress(len(points))
+        sweeps = {}
+        for b, size, params in points:
+            with progress.step(f"{b.name} at {size:,} entries: yosys synth_xilinx -uram (bare core)"):
+                r = synthesize(b.build(**params), name=b.name.replace("-", "_"),
+                               workdir=work / "sweep" / b.name / str(size), nolutram=b.synth_nolutram,
+                               wrapped=False, uram=True)
+            sweeps.setdefault(b.name, []).append((size, dict(r, block=b.name, params=params)))
+        paths = rep.write_scale(sweeps, out)
+    else:
+        if args.source:
+            source = pathlib.Path(args.source)
+            try:
+                reports = json.loads(source.read_text())
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"--from {source}: {_one_line(exc)}") from None
+            if not isinstance(reports, list) or not all(isinstance(r, dict) and "block" in r for r in reports):
+                raise ValueError(f"--from {source}: not an lbpipe synth report (a JSON list of block reports)")
+            names = {b.name for b in blocks}
+            reports = [r for r in reports if r["block"] in names]
+        else:
+            all_params = [b.resolve({}) for b in blocks]
+            progress = Progress(len(blocks))
+            jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(blocks)))
+            reports = _synth_blocks(blocks, all_params, work, jobs=jobs, uram=False, progress=progress)
+        paths = rep.write_resources(reports, out, paper={b.name: b.paper for b in blocks if b.paper})
+    print(paths[0].read_text())
+    print(f"report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
 def cmd_synth(args):
-    from .synth import synthesize, write_reports
+    from .synth import write_reports
     if args.sweep:
         return _synth_sweep(args)
     blocks = _selected(args.block)
@@ -251,25 +328,7 @@ def cmd_synth(args):
     if jobs > 1:
         progress.say(f"synthesizing {len(blocks)} blocks, {jobs} at a time")
 
-    def one(block, params):
-        component = block.build(**params)
-        with progress.step(f"{block.name}: yosys synth_xilinx -family xcup"):
-            report = synthesize(component, name=block.name.replace("-", "_"), workdir=out / block.name,
-                                nolutram=block.synth_nolutram, uram=args.uram)
-        report["block"] = block.name
-        report["params"] = params
-        report["extra"] = dict(block.report_extra(params, component)) if block.report_extra else {}
-        ram_bits = report.get("bram_bits", 0) + report.get("uram_bits", 0)
-        if ram_bits:
-            report["extra"]["On-chip RAM occupied"] = (
-                f"{ram_bits / 8 / 1000:.1f} kB of block RAM and UltraRAM capacity ({report.get('ramb36', 0)} RAMB36, "
-                f"{report.get('ramb18', 0)} RAMB18, {report.get('uram', 0)} URAM)")
-        report["extra"]["Timing proxy"] = _level_verdict(report["logic_levels"])
-        return report
-
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        reports = list(pool.map(one, blocks, all_params))
+    reports = _synth_blocks(blocks, all_params, out, jobs=jobs, uram=args.uram, progress=progress)
     md, js = write_reports(reports, out, paper=paper)
     print(pathlib.Path(md).read_text())
     progress.say(f"reports: {md}, {js}")
@@ -498,6 +557,22 @@ def _parser():
                    help="let Yosys map large memories to UltraRAM (synth_xilinx -uram), as a U280 build of "
                         "64K-entry tables would")
     p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("report", help="the resource report: every block at its defaults, core and top, against "
+                                      "the papers (docs/resources.md, .csv, .json, bar chart); --sweep: against "
+                                      "table size")
+    p.add_argument("block", nargs="?", default="all", help="block name, or 'all' (the default)")
+    p.add_argument("-o", "--output", default="docs", help="where resources.md and img/ go (default docs)")
+    p.add_argument("--workdir", default="build/reports/report",
+                   help="Yosys working files (default build/reports/report)")
+    p.add_argument("-j", "--jobs", type=int, default=0,
+                   help="blocks synthesized at a time (default: one per CPU core)")
+    p.add_argument("--from", dest="source", metavar="SYNTH_JSON",
+                   help="format an existing `lbpipe synth` report (synth.json) instead of synthesizing")
+    p.add_argument("--sweep", action="store_true",
+                   help="synthesize each block with a per-flow or per-QP table at 1K to 64K entries and plot LUTs, "
+                        "memory and logic levels against size (resources_sweep.md, img/resources_scale.png)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")
     add_common(p)
