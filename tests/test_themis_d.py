@@ -223,3 +223,177 @@ def test_back_to_back_psn_bound_by_hand():
         assert got == [(Verdict.DATA, 0, 0)] * 3 + [(Verdict.NACK_NO_TPSN, 0, 1)] + [(Verdict.DATA, 0, 0)] * 3 + \
             [(Verdict.NACK_NO_TPSN, 0, 1)]
     assert out == golden
+
+
+# -- The split pipeline to build next (docs/themis.md, "Next step"): its cycle model against the golden model --------
+#
+# ``SplitScanPipeline`` is a cycle model of the design, not the RTL (which is not built yet). The golden model is the
+# reference here: the design must leave every decision as it is today. The hand-worked cases below each exercise
+# one hazard of running data beside a NACK scan; their expectations are worked out in the docstrings.
+
+
+def _split(params, events, **sizes):
+    from lbpipe.sim.themis.themis_d import SplitScanPipeline
+    model = SplitScanPipeline(**params, **sizes)
+    out, stats = model.run(events)
+    return out, stats, model.golden.stats()
+
+
+def _golden_with_stats(params, events):
+    from lbpipe.engine import golden_run
+    return golden_run("themis-d", params, events)
+
+
+@pytest.mark.parametrize("params", get_block("themis-d").test_params + [get_block("themis-d").defaults()],
+                         ids=lambda p: "q{n_qps}-d{queue_depth}-n{n_paths}-w{entry_bits}".format(**p))
+@pytest.mark.parametrize("width", [1, 4])
+def test_split_pipeline_random_traces_equal_golden(params, width):
+    """Random traces (every kind, forged NACKs, set-up and tear-down mid-traffic): the split pipeline's outputs and
+    counters equal the golden model's, with one or four queue entries read per clock."""
+    for seed in (1, 2):
+        events = themis_d_trace(seed, 1500, **params)
+        out, _, counters = _split(params, events, width=width)
+        golden, model = _golden_with_stats(params, events)
+        assert out == golden
+        assert counters == model.stats()
+
+
+@pytest.mark.parametrize("n_paths, start_psn", [(2, None), (3, (1 << 24) - 150), (8, None), (64, None)])
+def test_split_pipeline_closed_loop_equal_golden(n_paths, start_psn):
+    """Closed-loop scenarios (the benchmark's and the property checks' kind): identical outputs, and the data
+    decided while a NACK of their QP was pending (conditional results) are many, so the hazards are exercised."""
+    from lbpipe.sim.themis.net import generate
+    for seed in (1, 2, 3):
+        scenario = generate(seed, n_paths=n_paths, loss=0.02, start_psn=start_psn, **NET)
+        out, stats, _ = _split(scenario.params, scenario.events)
+        assert out == scenario.outputs
+        assert stats["conditional"] > 0
+
+
+def test_split_pipeline_closed_loop_throughput():
+    """The benchmark's closed-loop scenarios (``lbpipe bench themis-d``: seed 1, N = 8 and 64, 300 packets per
+    flow, queue depth 40): input items per clock at least 0.93 (today's RTL: 0.613 and 0.527), against the bound
+    1 / (1 + r) that the tokens set (r = NACKs per item); NACK latency (RMW stage to token) at most 80 cycles."""
+    from lbpipe.sim.themis.net import generate
+    for n_paths in (8, 64):
+        scenario = generate(1, n_paths=n_paths, n_qps=6, queue_depth=40, entry_bits=10, n_flows=4,
+                            packets_per_flow=300, loss=0.02, gap_ns=100, path_delay_ns=(1000, 4000), last_hop_ns=200)
+        _, stats, _ = _split(scenario.params, scenario.events)
+        items = sum(1 for e in scenario.events if "item" in e)
+        nacks = len(stats["nack_latency"])
+        assert stats["items"] / stats["cycles"] >= 0.93
+        assert stats["items"] / stats["cycles"] <= items / (items + nacks) + 0.01
+        assert max(stats["nack_latency"]) <= 80
+
+
+def _qp_items(steps):
+    return [{"item": {"kind": k, "qp_hit": 1, "qp": q, "psn": p, "msn": msn, "tag": n}}
+            for n, (q, k, p, msn) in enumerate(steps)]
+
+
+def _verdicts(out):
+    return [(o["verdict"], o["drop"], o["arm"], o["comp"], o["comp_psn"], o["scanned"], o["out_of_range"])
+            for o in out]
+
+
+def test_split_pipeline_conditional_data_by_hand():
+    """N = 4, 8-bit entries. Data behind a NACK is decided before the NACK's scan ends, against the provisional
+    arming (BePSN = ePSN), and corrected at the output if the NACK is not blocked.
+
+    * QP 1: 100, 101, 104 leave; NACK 100: 100 dequeued, tPSN 101 on path 1 (ePSN on 0), 104 on path 0 after 100:
+      valid, forwarded, 3 scanned; Valid stays 0. Data 108 right behind: provisionally a compensation (after 100 on
+      its path), but the NACK was not blocked: plain DATA.
+    * QP 2: 200, 201 leave; NACK 200 (MSN 7): tPSN 201 on path 1, nothing after: blocked, armed, 2 scanned. Data 204
+      right behind: after 200 on its path: compensation for 200; 208: Valid was cleared: DATA."""
+    params = dict(n_qps=4, queue_depth=8, n_paths=4, entry_bits=8)
+    events = [{"ctl": {"table": 0, "index": q}} for q in (1, 2)]
+    events += _qp_items([(1, DATA, 100, 0), (1, DATA, 101, 0), (1, DATA, 104, 0), (1, NACK, 100, 0),
+                         (1, DATA, 108, 0),
+                         (2, DATA, 200, 0), (2, DATA, 201, 0), (2, NACK, 200, 7), (2, DATA, 204, 0),
+                         (2, DATA, 208, 0)])
+    V = Verdict
+    expected = [(V.DATA, 0, 0, 0, 0, 0, 0)] * 3 + [(V.NACK_VALID, 0, 0, 0, 0, 3, 0), (V.DATA, 0, 0, 0, 0, 0, 0)] + \
+        [(V.DATA, 0, 0, 0, 0, 0, 0)] * 2 + [(V.NACK_BLOCKED, 1, 1, 0, 0, 2, 0), (V.DATA_COMP, 0, 0, 1, 200, 0, 0),
+                                            (V.DATA, 0, 0, 0, 0, 0, 0)]
+    out, stats, _ = _split(params, events)
+    assert _verdicts(out) == expected
+    assert out[8]["comp_msn"] == 7
+    assert stats["conditional"] == 3            # 108, 204, 208
+    assert stats["wait_pending"] == stats["wait_overwrite"] == 0
+    assert out == run_golden("themis-d", params, events)
+
+
+def test_split_pipeline_overwrite_waits_by_hand():
+    """N = 4, 8-bit entries, 8-entry queues, one entry read per clock. QP 2 holds 200..207 and QP 1 holds 100..107
+    (both full). NACK 210 for QP 2: no entry after 210: forwarded (no tPSN), 8 scanned. NACK 100 for QP 1 right
+    behind: its scan waits for QP 2's; 100 dequeued, tPSN 101 (path 1), 102, 103, then 104 on path 0 after 100:
+    valid, 5 scanned. Data 108..111 of QP 1 right behind would overwrite 100..103 before the scan reads them: they
+    wait (a scan reading 108 first would call the NACK valid after 1 entry). All four are plain DATA (the NACK was
+    not blocked)."""
+    params = dict(n_qps=4, queue_depth=8, n_paths=4, entry_bits=8)
+    events = [{"ctl": {"table": 0, "index": q}} for q in (1, 2)]
+    steps = [(2, DATA, 200 + k, 0) for k in range(8)] + [(1, DATA, 100 + k, 0) for k in range(8)]
+    steps += [(2, NACK, 210, 0), (1, NACK, 100, 0)] + [(1, DATA, 108 + k, 0) for k in range(4)]
+    events += _qp_items(steps)
+    V = Verdict
+    expected = [(V.DATA, 0, 0, 0, 0, 0, 0)] * 16 + [(V.NACK_NO_TPSN, 0, 0, 0, 0, 8, 0),
+                                                   (V.NACK_VALID, 0, 0, 0, 0, 5, 0)] + [(V.DATA, 0, 0, 0, 0, 0, 0)] * 4
+    out, stats, _ = _split(params, events, width=1)
+    assert _verdicts(out) == expected
+    assert stats["wait_overwrite"] > 0
+    assert out == run_golden("themis-d", params, events)
+
+
+@pytest.mark.parametrize("gap", [0, 12], ids=["chained", "after-token"])
+def test_split_pipeline_emptied_ring_bound_by_hand(gap):
+    """N = 4, 4-bit entries (a PSN is in range within 7 of ePSN). QP 1: 10, 11; NACK 12: no entry after it:
+    forwarded, both dequeued, the ring is empty. Data 40, 41 right behind it restart the PSN bound at 40 (the ring
+    was empty). NACK 39, right behind them (chained: the first NACK still pending) or after ``gap`` QP 2 items (its
+    token has passed): in range of 40 and 41; tPSN 40 on path 0 (ePSN on 3), 41 on path 1: blocked, armed, 2
+    scanned. A bound that still held 10 would call it out of range and forward it."""
+    params = dict(n_qps=4, queue_depth=8, n_paths=4, entry_bits=4)
+    events = [{"ctl": {"table": 0, "index": q}} for q in (1, 2)]
+    steps = [(1, DATA, 10, 0), (1, DATA, 11, 0), (1, NACK, 12, 0), (1, DATA, 40, 0), (1, DATA, 41, 0)]
+    steps += [(2, DATA, 500 + k, 0) for k in range(gap)] + [(1, NACK, 39, 0)]
+    events += _qp_items(steps)
+    out, stats, _ = _split(params, events)
+    got = _verdicts(out)
+    assert got[2] == (Verdict.NACK_NO_TPSN, 0, 0, 0, 0, 2, 0)
+    assert got[-1] == (Verdict.NACK_BLOCKED, 1, 1, 0, 0, 2, 0)
+    assert out == run_golden("themis-d", params, events)
+
+
+def test_split_pipeline_stale_nack_waits_by_hand():
+    """N = 4, 8-bit entries. QP 1: 100, 101, 104; NACK 100: valid (as in the conditional case), Valid cleared, 100
+    dequeued. NACK 98 right behind it: whether it may arm depends on NACK 100's verdict (it is before the provisional
+    BePSN 100), so it waits for NACK 100's token. Then Valid is 0, so it may: tPSN 101 (path 1, ePSN on 2), 104
+    (path 0): blocked, armed, 2 scanned."""
+    params = dict(n_qps=4, queue_depth=8, n_paths=4, entry_bits=8)
+    events = [{"ctl": {"table": 0, "index": 1}}]
+    events += _qp_items([(1, DATA, 100, 0), (1, DATA, 101, 0), (1, DATA, 104, 0), (1, NACK, 100, 0),
+                         (1, NACK, 98, 0)])
+    out, stats, _ = _split(params, events)
+    got = _verdicts(out)
+    assert got[3] == (Verdict.NACK_VALID, 0, 0, 0, 0, 3, 0)
+    assert got[4] == (Verdict.NACK_BLOCKED, 1, 1, 0, 0, 2, 0)
+    assert stats["wait_pending"] > 0
+    assert out == run_golden("themis-d", params, events)
+
+
+def test_split_pipeline_worst_case_nack_latency():
+    """16 NACKs back to back (every slot), each reading a full 100-entry queue (no entry after ePSN: forwarded after
+    100 entries), then data of other QPs. The datasheet's worst case, 16 x (ceil(100 / 4) + 8) = 528 cycles from
+    the RMW stage to the token, bounds every NACK; the data behind never waits at the input (only the 16 token
+    cycles cost input cycles), though its results wait for the NACKs' in the reorder buffer."""
+    params = dict(n_qps=32, queue_depth=100, n_paths=256, entry_bits=9)
+    events = [{"ctl": {"table": 0, "index": q}} for q in range(32)]
+    steps = [(q, DATA, 1000 + k, 0) for k in range(100) for q in range(16)]
+    steps += [(q, NACK, 1100 + q % 2, 0) for q in range(16)] + [(16 + k % 16, DATA, 5000 + k, 0) for k in range(600)]
+    events += [{"item": {"kind": k, "qp_hit": 1, "qp": q, "psn": p, "msn": msn, "tag": n & 0xFFFF}}
+               for n, (q, k, p, msn) in enumerate(steps)]
+    out, stats, _ = _split(params, events)
+    assert [o["scanned"] for o in out if o["kind"] == NACK] == [100] * 16
+    assert max(stats["nack_latency"]) <= 16 * (25 + 8)
+    assert stats["wait_slots"] == stats["wait_overwrite"] == stats["wait_pending"] == stats["wait_rob"] == 0
+    assert stats["cycles"] == stats["items"] + 16
+    assert out == run_golden("themis-d", params, events)

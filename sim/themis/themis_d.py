@@ -37,7 +37,7 @@ from lbpipe.sim.lib.ring import Ring
 
 __all__ = [
     "ThemisD", "Verdict", "TABLE_QP_SETUP", "TABLE_QP_TEARDOWN",
-    "psn_queue_entries", "paper_memory_bytes", "REFERENCE", "N_STATS", "STAT_OUT_OF_RANGE",
+    "psn_queue_entries", "paper_memory_bytes", "REFERENCE", "N_STATS", "STAT_OUT_OF_RANGE", "SplitScanPipeline",
 ]
 
 #: The fields of ``ThemisDItem``, in layout order.
@@ -268,3 +268,307 @@ class ThemisD:
                 return 5
             return out["scanned"] + 8 if out["scanned"] else 3
         return 1
+
+
+# -- The split pipeline: a cycle model of the design to build (docs/themis.md, "Next step") ---------------------------
+
+
+class _Slot:
+    """A NACK in flight in :class:`SplitScanPipeline`, from the read-modify-write stage to its token's marker leaving
+    the output: what it saw on arrival, its scan, and the data pushed to its QP since."""
+
+    def __init__(self, index, item, flow, may_update, preds, cycle):
+        self.index = index
+        self.qp = item["qp"]
+        self.e = item["psn"]
+        self.may_update = may_update
+        self.live_head, self.live_count = flow.queue.head, len(flow.queue)
+        self.live_bound = (flow.hi, flow.lo_cur, flow.lo_prev)
+        # NACKs of the same QP still pending on arrival: their pushes so far and their own PSN bound so far.
+        self.preds = [(j, j.pushes, tuple(j.fresh)) for j in preds]
+        self.enter = cycle
+        self.start = None
+        self.head = self.count = self.bound = None     # the ring and bound the scan must see, fixed at its start
+        self.reads = 0
+        self.phase = 1
+        self.n1 = 0
+        self.decided = None         # (verdict, n1, scanned, out_of_range)
+        self.known = None           # the cycle its verdict leaves the scan pipeline
+        self.token = None           # first cycle its token may take the read-modify-write stage
+        self.pushes = 0             # data pushed to the QP since the NACK
+        self.fresh = [0, 0, 0]      # their PSN bound alone: the QP's bound if the scan empties the ring
+        self.superseded = False     # a later NACK of the QP set (BePSN, Valid) provisionally
+        self.out = None             # its result, completed by the token
+        self.row = None             # its reorder-buffer entry
+
+
+class SplitScanPipeline:
+    """Cycle model of the Themis-D pipeline to build next, in which data never waits for a NACK scan (docs/themis.md,
+    "Next step"). It validates that design before RTL exists: its outputs must equal :class:`ThemisD`'s on every
+    trace (the tests check it), and :meth:`run` measures input items per clock, NACK latency and buffer occupancy.
+
+    One cycle at a time, it models the read-modify-write (RMW) stage, one scan engine and the output:
+
+    * The RMW stage takes one item per clock. A NACK of an active QP takes one of ``slots`` NACK slots, records what
+      its scan needs (ring pointers, PSN bound, ePSN), arms compensation provisionally (BePSN = ePSN, as if it will
+      be blocked) when it may change (BePSN, Valid), and moves on: its QP is *pending* until its token.
+    * The engine scans NACKs in arrival order, reading ``width`` queue entries per clock (one word of the ring
+      memory) from the cycle after it takes one, from the memory the pushes write (so it reads what is there then).
+      A NACK's verdict is known six cycles after the read of its deciding entry; the engine stops reading for it
+      then, or when its queue is exhausted, and takes the next NACK at once (the scan pipeline holds both), except
+      a NACK of the same QP, which needs the verdict first. An empty queue decides in 2 cycles, an out-of-range
+      test in 4. A NACK's *token* takes the RMW stage the cycle after its verdict, ahead of input (one input cycle
+      per NACK): drop ``max(0, n1 - overflow)`` entries (``overflow``: what the data pushed since has already
+      pushed out of a ring that the NACK would have shortened), disarm if the verdict is not blocked (unless a later
+      NACK of the QP has set (BePSN, Valid) since), and install the pushes' own PSN bound if the scan emptied the
+      ring (the golden model restarts the bound at a push into an empty ring).
+    * A NACK that arrives while its QP has NACKs pending starts its scan from the ring as they leave it (the engine
+      takes NACKs in order, so theirs are settled by then). It waits at the RMW stage when ``chain`` NACKs of its QP
+      are pending, when whether it may change (BePSN, Valid) would depend on the pending verdict (a NACK before a
+      provisional BePSN: stale), or when every slot is taken.
+    * A data item of a pending QP is decided against the provisional state and marked *conditional* on the last
+      pending NACK that set it: if that NACK is not blocked, the result leaves as plain ``DATA``. The data item waits
+      at the RMW stage only when its push would overwrite a ring entry a pending scan has not read yet.
+    * Results leave in input order through a reorder buffer of ``rob`` entries (the input waits when it is full):
+      a data result is ready the cycle after the RMW stage, a NACK's after its token. A token's marker frees its
+      slot when it reaches the head (one output cycle).
+
+    Commands are applied with the pipeline drained, as the testbench applies them. ``slots``, ``rob`` and ``width``
+    are the design's sizes; the datasheet gives the figures they produce.
+    """
+
+    def __init__(self, *, n_qps, queue_depth, n_paths, entry_bits, slots=16, rob=1024, width=4, chain=2):
+        self.golden = ThemisD(n_qps=n_qps, queue_depth=queue_depth, n_paths=n_paths, entry_bits=entry_bits)
+        self.width = width
+        self.chain = chain
+        self.queue_depth = queue_depth
+        self.n_paths = n_paths
+        self.entry_bits = entry_bits
+        self.mask = (1 << entry_bits) - 1
+        self.n_slots = slots
+        self.rob_size = rob
+
+    @staticmethod
+    def _bound(b, psn, empty, tail):
+        """The golden model's ``_bound`` rule on a list ``[hi, lo_cur, lo_prev]`` (``tail``: the slot written)."""
+        if empty:
+            b[:] = [psn, psn, psn]
+            return
+        if (psn - b[0]) % PSN_MOD < PSN_MOD // 2:
+            b[0] = psn
+        if tail == 0:
+            b[2], b[1] = b[1], psn
+        elif (psn - b[1]) % PSN_MOD >= PSN_MOD // 2:
+            b[1] = psn
+
+    def _read(self, qp, pos, cycle):
+        """Entry ``pos`` of ``qp``'s ring as a read issued in ``cycle`` returns it (a push lands two cycles after the
+        RMW stage: registered write port, read-before-write)."""
+        for visible, value in reversed(self.mem[qp][pos]):
+            if visible <= cycle:
+                return value
+        return 0
+
+    def _begin(self, s, cycle):
+        """The engine takes ``s``: the ring and bound its scan must see (every NACK ahead of it is settled)."""
+        Q = self.queue_depth
+        s.start = cycle
+        head, count, bound = s.live_head, s.live_count, s.live_bound
+        for j, pushes, fresh in s.preds:
+            n = j.decided[1]
+            d = max(0, n - max(0, j.count + pushes - Q))
+            head, count = (head + d) % Q, count - d
+            if n == j.count:
+                bound = fresh
+        s.head, s.count, s.bound = head, count, bound
+
+    def _scan_step(self, s, cycle):
+        """One engine read cycle: read the next ``width`` entries of ``s``'s ring (one memory word) and apply the
+        golden model's rules to them in ring order."""
+        g, e = self.golden, s.e
+        et = e & self.mask
+        if s.reads == 0:
+            half = 1 << (self.entry_bits - 1)
+            far = self.entry_bits != PSN_BITS and any(
+                not ((p - e) % PSN_MOD < half or (p - e) % PSN_MOD > PSN_MOD - half) for p in s.bound)
+            if s.count and far:
+                s.decided, s.token = (Verdict.NACK_NO_TPSN, s.count, 0, 1), s.start + 5
+                s.known = s.token - 1
+                return
+            if s.count == 0:
+                s.decided, s.token = (Verdict.NACK_NO_TPSN, 0, 0, 0), s.start + 3
+                s.known = s.token - 1
+                return
+        for _ in range(self.width):
+            x = self._read(s.qp, (s.head + s.reads) % self.queue_depth, cycle)
+            s.reads += 1
+            verdict = None
+            if s.phase == 1:
+                if serial_after(x, et, self.entry_bits):
+                    if g._same_path_after(x, e):
+                        verdict = Verdict.NACK_VALID
+                    else:
+                        s.phase = 2
+                else:
+                    s.n1 += 1
+            elif x == et:
+                verdict = Verdict.NACK_LATE
+            elif g._same_path_after(x, e):
+                verdict = Verdict.NACK_VALID
+            if verdict is None and s.reads == s.count:
+                verdict = Verdict.NACK_BLOCKED if s.phase == 2 else Verdict.NACK_NO_TPSN
+            if verdict is not None:
+                s.decided = (verdict, s.n1, s.reads, 0)
+                s.known = cycle + 6     # six cycles through the scan pipeline to the decision
+                s.token = cycle + 7
+                return
+
+    def _data(self, item, flow, out, cycle):
+        """A data item at the RMW stage; False when it must wait (its push would overwrite an unread entry)."""
+        pend = self.pending.get(item["qp"], [])
+        q = flow.queue
+        if len(q) == self.queue_depth:
+            for s in pend:
+                if s.decided is None and (s.start is None or s.reads <= (q.tail - s.head) % self.queue_depth < s.count):
+                    return False
+        tail = q.tail
+        self.golden._data(item, flow, out)
+        self.mem[item["qp"]][tail].append((cycle + 2, item["psn"] & self.mask))
+        out["_cond"] = pend[-1] if pend and pend[-1].may_update else None
+        self.conditional += out["_cond"] is not None
+        for s in pend:
+            self._bound(s.fresh, item["psn"], s.pushes == 0, tail)
+            s.pushes += 1
+        return True
+
+    def _nack(self, item, flow, out, cycle, slots_free):
+        """A NACK at the RMW stage; False when it must wait."""
+        pend = self.pending.get(item["qp"], [])
+        e = item["psn"]
+        may = not flow.valid or not psn_after(flow.bepsn, e)
+        if not slots_free or len(pend) >= self.chain or (pend and pend[-1].may_update and not may):
+            return False
+        s = _Slot(slots_free.pop(0), item, flow, may, pend, cycle)
+        if may:
+            for j in pend:
+                j.superseded = True
+            flow.valid, flow.bepsn, flow.bres, flow.bmsn = 1, e, e % self.n_paths, item["msn"]
+        s.out = out
+        self.pending.setdefault(item["qp"], []).append(s)
+        self.jobs.append(s)
+        return True
+
+    def _token(self, s):
+        flow = self.golden.flows[s.qp]
+        verdict, n1, scanned, oor = s.decided
+        flow.queue.drop(max(0, n1 - max(0, s.count + s.pushes - self.queue_depth)))
+        if s.may_update and verdict != Verdict.NACK_BLOCKED and not s.superseded:
+            flow.valid = 0
+        if n1 == s.count and s.pushes:
+            flow.hi, flow.lo_cur, flow.lo_prev = s.fresh
+        s.out.update(verdict=verdict, scanned=scanned, out_of_range=oor,
+                     drop=int(verdict in (Verdict.NACK_BLOCKED, Verdict.NACK_LATE)),
+                     arm=int(s.may_update and verdict == Verdict.NACK_BLOCKED))
+        self.pending[s.qp].remove(s)
+
+    def run(self, events):
+        """Run a trace; return its outputs (in input order) and the measurements: ``items``/``cycles`` (input items
+        per clock within each run of items between commands), waits at the RMW stage by cause, ``nack_latency``
+        (cycles from a NACK's RMW stage to its token's), ``data_wait`` (cycles a data result waited in the reorder
+        buffer), ``rob_max``, ``conditional`` (data results decided while a NACK of their QP was pending)."""
+        g = self.golden
+        g.reset()
+        self.mem = [[[] for _ in range(self.queue_depth)] for _ in range(g.n_qps)]
+        self.cycle = 0
+        self.conditional = 0
+        stats = dict(cycles=0, items=0, wait_pending=0, wait_overwrite=0, wait_slots=0, wait_rob=0,
+                     nack_latency=[], data_wait=[], rob_max=0)
+        outputs, segment = [], []
+        for event in events:
+            if "ctl" in event:
+                outputs += self._segment(segment, stats)
+                segment = []
+                g.control({"table": 0, "index": 0, "data": 0, **event["ctl"]})
+            elif "item" in event:
+                segment.append({name: event["item"].get(name, 0) for name in INPUT_FIELDS})
+        outputs += self._segment(segment, stats)
+        stats["conditional"] = self.conditional
+        return outputs, stats
+
+    def _segment(self, items, stats):
+        """Items between two commands, from a drained pipeline; returns their outputs in input order."""
+        g = self.golden
+        self.pending, self.jobs, self.reading, scans = {}, [], None, []
+        slots_free = list(range(self.n_slots))
+        tokens, rob, results, accepted = [], [], [], []
+        nxt, cycle = 0, self.cycle      # one clock across runs: ring entries outlive them
+        while nxt < len(items) or rob or self.jobs or scans or tokens:
+            # The engine: one NACK issues reads at a time; the next may start while the last one's entries are
+            # still on their way to a decision (not one whose verdict it needs: a NACK of the same QP ahead of it).
+            if self.reading is not None:
+                s = self.reading
+                if s.decided is None:
+                    self._scan_step(s, cycle)
+                if s.decided is not None and (s.reads >= s.count or s.known <= cycle):
+                    self.reading = None
+            if self.reading is None and self.jobs:
+                s = self.jobs[0]
+                if s.enter < cycle and all(j.decided is not None for j, _, _ in s.preds):
+                    self.jobs.pop(0)
+                    self._begin(s, cycle)
+                    self.reading = s
+                    scans.append(s)
+            while scans and scans[0].decided is not None and scans[0].token <= cycle + 1:
+                tokens.append(scans.pop(0))
+            # The RMW stage: a token first, else the next item.
+            if tokens and tokens[0].token <= cycle:
+                s = tokens.pop(0)
+                self._token(s)
+                stats["nack_latency"].append(cycle - s.enter)
+                s.row[1] = cycle + 1
+                rob.append([s, cycle + 1, None])
+            elif nxt < len(items):
+                item = items[nxt]
+                out = dict(item, drop=0, arm=0, comp=0, comp_psn=0, comp_msn=0, verdict=Verdict.PASS, scanned=0,
+                           out_of_range=0)
+                flow = g._flow(item)
+                row = [out, cycle + 1, cycle]
+                if len(rob) >= self.rob_size:
+                    ok, why = False, "wait_rob"
+                elif flow is not None and item["kind"] == PacketKind.DATA.value:
+                    ok, why = self._data(item, flow, out, cycle), "wait_overwrite"
+                elif flow is not None and item["kind"] == PacketKind.NACK.value:
+                    ok = self._nack(item, flow, out, cycle, slots_free)
+                    why = "wait_slots" if not slots_free else "wait_pending"
+                    if ok:
+                        row[1] = None
+                        self.jobs[-1].row = row
+                else:
+                    ok = True
+                if ok:
+                    rob.append(row)
+                    accepted.append(cycle)
+                    nxt += 1
+                else:
+                    stats[why] += 1
+            # The output: the head leaves when ready.
+            if rob and rob[0][1] is not None and rob[0][1] <= cycle:
+                head, _, rmw = rob.pop(0)
+                if isinstance(head, _Slot):
+                    slots_free.append(head.index)
+                else:
+                    cond = head.pop("_cond", None)
+                    if cond is not None and cond.decided[0] != Verdict.NACK_BLOCKED:
+                        head.update(verdict=Verdict.DATA, comp=0, comp_psn=0, comp_msn=0)
+                    g.counts[head["verdict"]] += 1
+                    g.counts[STAT_OUT_OF_RANGE] += head["out_of_range"]
+                    if head["kind"] == PacketKind.DATA.value:
+                        stats["data_wait"].append(cycle - rmw - 1)
+                    results.append(head)
+            stats["rob_max"] = max(stats["rob_max"], len(rob))
+            cycle += 1
+        self.cycle = cycle
+        if len(accepted) > 1:
+            stats["cycles"] += accepted[-1] - accepted[0]
+            stats["items"] += len(accepted) - 1
+        return results
