@@ -483,6 +483,19 @@ def _topology_params(pairs):
     return out
 
 
+def cmd_build(args):
+    """OpenNIC-shell plugin and Vivado scripts for one pipeline (lbpipe/build.py; docs/nic_build.md)."""
+    from .build import make_plan, write_build
+    block = get_block(args.pipeline)
+    plan = make_plan(args.board, args.shell, args.pipeline, parse_params(block, args.param), args.direction)
+    progress = Progress(1)
+    with progress.step(f"{args.pipeline}: OpenNIC box for {args.board} ({plan['part']}), Verilog and Tcl"):
+        files = write_build(plan, args.output)
+    progress.say(f"{len(files)} files in {args.output}: plugin/ for the shell's -user_plugin, vivado/*.tcl, "
+                 f"registers.md")
+    return 0
+
+
 def cmd_paths(args):
     """LAPS control plane: one host's PST and PIT (docs/laps_control.md)."""
     from lbpipe.sim.laps import control, topology
@@ -599,6 +612,17 @@ def _parser():
     p.add_argument("--backpressure", type=float, default=0.0, help="rtl: probability of output back-pressure")
     p.add_argument("--seed", type=int, default=1, help="rtl: seed of the idle/back-pressure generators")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("build", help="write an OpenNIC-shell plugin and Vivado Tcl for a pipeline (no Vivado run)")
+    p.add_argument("pipeline", help="packet pipeline, e.g. themis-s-wire or pro-tx-wire")
+    p.add_argument("--board", default="alveo-u280", help="alveo-u280 (default), alveo-u250 or alveo-u55c")
+    p.add_argument("--shell", default="opennic", help="opennic (the only shell so far)")
+    p.add_argument("--direction", choices=("tx", "rx"), help="tx: host to network; rx: network to host "
+                                                             "(default: the pipeline's own)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a pipeline parameter (repeatable)")
+    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("paths", help="LAPS control plane: a host's candidate paths, PST and PIT (print or write)")
     p.add_argument("--topology", required=True, help="dragonfly, rail, fat-tree, leaf-spine, or a topology file "
