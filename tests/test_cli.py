@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from lbpipe.blocks import BLOCKS
 from lbpipe.cli import main
 from lbpipe.trace import read_events
 
@@ -236,3 +237,15 @@ def test_bad_input_table_can_fail(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text('{"item": {"kind": 1, "qp": 1, "psn": 5}}\n')
     assert main(["replay", "themis-d", str(good), "-o", str(tmp_path / "out.jsonl")]) == 0
+
+
+@pytest.mark.parametrize("name", sorted(b.name for b in BLOCKS.values() if b.pcap_trace is not None))
+def test_every_packet_trace_writes_at_its_defaults(tmp_path, name):
+    """``lbpipe trace`` of every packet pipeline at its defaults: a pcap and its side file, exit 0 (a generator
+    that did not take one of the block's parameters used to end in a traceback)."""
+    from lbpipe.trace import read_pcap
+    out = tmp_path / "t.pcap"
+    assert main(["trace", name, "-n", "12", "-o", str(out)]) == 0
+    assert len(read_pcap(out)) >= 1
+    assert out.with_suffix(".ctl.jsonl").exists() or out.with_suffix(".actions.jsonl").exists()
+

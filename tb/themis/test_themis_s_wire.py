@@ -54,9 +54,9 @@ def frames_for(rng, count, sizes=None):
     return frames
 
 
-def pcap_trace(seed, n_frames, *, n_paths, depth):
+def pcap_trace(seed, n_frames, *, n_paths, **_shape):
     """``lbpipe trace themis-s-wire``: a random PathMap and ``n_frames`` frames of :func:`frames_for`:
-    ``(commands, frames)``."""
+    ``(commands, frames)``. The other parameters (buffer depth, cut-through, FCS) do not change the traffic."""
     import random
     rng = random.Random(seed)
     cmds = [{"table": 0, "index": p, "data": rng.randrange(1 << 16)} for p in range(n_paths)]
