@@ -30,6 +30,7 @@ from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature
 from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.hdl.lib.stage import counter32, skid
 from lbpipe.hdl.packet.deparser import Deparser
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.packet.qp_classifier import QpClassifier
@@ -65,27 +66,6 @@ def WireFields():
 
 def SideFields():
     return data.StructLayout({"sched": 1, "f": WireFields()})
-
-
-def _skid(m, name, valid, payload, ready, sink):
-    """``payload`` offered with ``valid`` to the stream ``sink`` through one skid register; ``ready`` is a
-    flip-flop (high while the register is empty), so ``sink``'s ready never reaches the producer combinationally."""
-    held, free = Signal(name=f"{name}_held"), Signal(init=1, name=f"{name}_free")     # free == ~held, its own FF
-    keep = Signal.like(payload, name=f"{name}_keep", reset_less=True)
-    m.d.comb += [ready.eq(free), sink.valid.eq(held | valid), sink.payload.eq(Mux(held, keep, payload))]
-    with m.If(~held & valid & ~sink.ready):
-        m.d.sync += [held.eq(1), free.eq(0), keep.eq(payload)]
-    with m.If(held & sink.ready):
-        m.d.sync += [held.eq(0), free.eq(1)]
-
-
-def _counter(m, name, inc):
-    """A 32-bit wrapping counter in two 16-bit halves, the carry registered between them (short carry chains); the
-    increment is registered first, so the count trails its event by a clock and the event's logic ends at a flip-flop."""
-    lo, hi, carry = Signal(16, name=f"{name}_lo"), Signal(16, name=f"{name}_hi"), Signal(name=f"{name}_c")
-    inc_r = Signal(name=f"{name}_inc")
-    m.d.sync += [inc_r.eq(inc), Cat(lo, carry).eq(lo + inc_r), hi.eq(hi + carry)]
-    return Cat(lo, hi)
 
 
 class ProTxWire(wiring.Component):
@@ -162,7 +142,7 @@ class ProTxWire(wiring.Component):
         unscheduled = self._fork(m, classifier, rr, side)
         declined = self._join(m, rr, side, deparser)
         m.d.comb += self.stats.eq(Cat(classifier.stats, rr.stats, deparser.stats,
-                                      _counter(m, "unscheduled", unscheduled), _counter(m, "declined", declined)))
+                                      counter32(m, "unscheduled", unscheduled), counter32(m, "declined", declined)))
         self._control(m, classifier, rr)
         return m
 
@@ -178,7 +158,7 @@ class ProTxWire(wiring.Component):
             item.dst_ip.eq(meta.dst_ip), item.dqpn.eq(meta.dqpn), item.psn.eq(meta.psn), item.msn.eq(meta.msn),
             item.user.eq(fields), item.tag.eq(meta.tag),
         ]
-        _skid(m, "meta", parser.meta.valid, item, parser.meta.ready, classifier.i)
+        skid(m, "meta", parser.meta.valid, item, parser.meta.ready, classifier.i)
 
     def _fork(self, m, classifier, rr, side):
         """Registered (skid) classifier result; a frame goes to the round robin when it is a RoCEv2 data frame
@@ -188,7 +168,7 @@ class ProTxWire(wiring.Component):
         sink = SimpleNamespace(valid=Signal(name="res_valid"), ready=Signal(name="res_ready"),
                                payload=Signal(res_t, name="res"))
         res, res_valid, res_ready = sink.payload, sink.valid, sink.ready
-        _skid(m, "result", classifier.o.valid, classifier.o.payload, classifier.o.ready, sink)
+        skid(m, "result", classifier.o.valid, classifier.o.payload, classifier.o.ready, sink)
         fields = Signal(WireFields())
         m.d.comb += fields.eq(res.user)
         sched = Signal()

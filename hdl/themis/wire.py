@@ -34,6 +34,7 @@ from lbpipe.hdl.packet.compensator import N_COUNTERS, Compensator
 from lbpipe.hdl.lib.control import ControlSignature
 from lbpipe.hdl.packet.deparser import Deparser
 from lbpipe.hdl.lib.fifo import StreamFIFO
+from lbpipe.hdl.lib.stage import skid
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.packet.qp_classifier import QpClassifier
 from lbpipe.hdl.themis.themis_d import N_STATS as N_THEMIS_D_STATS, ThemisD, ThemisDVerdict
@@ -165,25 +166,6 @@ class ThemisSWire(wiring.Component):
         return m
 
 
-def _skid(m, name, valid, payload, ready, sink):
-    """Hand ``payload`` (offered with ``valid``) to the stream ``sink`` through a skid register, driving ``ready``.
-
-    ``ready`` is a flip-flop: high while the register is empty. An item passes straight through when ``sink`` takes
-    it (no latency); one that ``sink`` refuses is held in the register and offered from there, and the producer
-    sees ``ready`` low from the next cycle until ``sink`` takes it. One item per clock while ``sink`` is ready."""
-    held = Signal(name=f"{name}_held")
-    held_payload = Signal.like(payload, name=f"{name}_held_payload", reset_less=True)
-    m.d.comb += [
-        ready.eq(~held),
-        sink.valid.eq(held | valid),
-        sink.payload.eq(Mux(held, held_payload, payload)),
-    ]
-    with m.If(~held & valid & ~sink.ready):
-        m.d.sync += [held.eq(1), held_payload.eq(payload)]
-    with m.If(held & sink.ready):
-        m.d.sync += held.eq(0)
-
-
 #: Control tables of :class:`ThemisDWire`: the QP classifier's at 0 to 3, Themis-D's at 16 and 17.
 TABLE_THEMIS_D_BASE = 16
 
@@ -267,12 +249,12 @@ class ThemisDWire(wiring.Component):
             item.dst_ip.eq(meta.dst_ip), item.dqpn.eq(meta.dqpn), item.psn.eq(meta.psn), item.msn.eq(meta.msn),
             item.tag.eq(meta.tag),
         ]
-        _skid(m, "meta", parser.meta.valid, item, parser.meta.ready, classifier.i)
+        skid(m, "meta", parser.meta.valid, item, parser.meta.ready, classifier.i)
         res = classifier.o.payload
         titem = Signal(themis.i.payload.shape())
         m.d.comb += [getattr(titem, name).eq(getattr(res, name))
                      for name in ("kind", "qp_hit", "qp", "psn", "msn", "tag")]
-        _skid(m, "result", classifier.o.valid, titem, classifier.o.ready, themis.i)
+        skid(m, "result", classifier.o.valid, titem, classifier.o.ready, themis.i)
         dec, action = themis.o.payload, comp.act.payload
         m.d.comb += [
             action.tag.eq(dec.tag), action.drop.eq(dec.drop), action.record.eq(dec.arm), action.comp.eq(dec.comp),
