@@ -21,7 +21,7 @@ __all__ = ["BENCHES", "PACKET_BENCHES", "PACKET_SIZES", "run_bench", "format_ben
 #: 100 GbE sizes the datasheet's line-rate arithmetic turns on, 1,518 and jumbo.
 PACKET_SIZES = [64, 65, 128, 129, 130, 256, 512, 1024, 1518, 4096, 9216]
 #: Packet pipelines with a cocotb ``bench`` testcase.
-PACKET_BENCHES = ("themis-s-wire", "themis-d-wire", "pro-tx-wire")
+PACKET_BENCHES = ("themis-s-wire", "themis-d-wire", "pro-tx-wire", "laps-tx-wire", "laps-rx-wire", "pro-rx-wire")
 
 
 def _themis_s_data(params):
@@ -97,6 +97,19 @@ def _laps_aimd_acks(params, n=2000):
     return events
 
 
+def _laps_loss_slots(params, n=2000):
+    """One slot every clock, each with a send and an ACK: 8 paths, ACKs 40 slots after their send on each path,
+    every 16th packet dropped (the next ACK of its path declares it), now 4 ns per clock."""
+    from lbpipe.sim.laps.loss import loss_slot
+    paths = [p % params["n_paths"] for p in range(1, 9)]
+    events = []
+    for t in range(n):
+        k = t - 40
+        ack = (k % 4, k, paths[k % 8]) if k >= 0 and k % 16 != 5 else None
+        events.append({"item": loss_slot(10_000 + 4 * t, send=(t % 4, t, paths[t % 8], 10_000), ack=ack, tag=t)})
+    return events
+
+
 def _laps_pacer_requests(params, n=2000):
     """One request and one rate update every clock over 16 flows (runs of one flow back to back), now 4 ns per
     clock, 64 to 1,518-byte frames."""
@@ -157,6 +170,7 @@ BENCHES = {
     "laps-pst": [("back-to-back lookups", lambda p: (p, _laps_pst_lookups(p)))],
     "laps-aimd": [("one ACK every clock, 16 flows", lambda p: (p, _laps_aimd_acks(p)))],
     "laps-pacer": [("one request + one rate update every clock", lambda p: (p, _laps_pacer_requests(p)))],
+    "laps-loss": [("one send + one ACK every clock, 8 paths, 1 in 16 lost", lambda p: (p, _laps_loss_slots(p)))],
     "pro-rr": [("one packet every clock, 32 QPs to 4 ToRs", lambda p: (p, _pro_rr_packets(p)))],
     "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
     "themis-d": [
@@ -167,7 +181,7 @@ BENCHES = {
 }
 
 
-def _run_packet_bench(block, params):
+def _run_packet_bench(block, params, speed=False):
     from lbpipe.tb.lib.runner import run_cocotb
     params = block.resolve(params)
     path = top_verilog(block, params)
@@ -177,11 +191,16 @@ def _run_packet_bench(block, params):
                "LBPIPE_BENCH_OUT": str(out)}
         run_cocotb(path, toplevel="lbpipe_top", test_module=block.tb_module, testcase="bench", extra_env=env)
         rows = json.loads(out.read_text())
-    return [dict(row, block=block.name, scenario=f"back-to-back {row['size']}-byte frames", params=params,
+    rows = [dict(row, block=block.name, scenario=f"back-to-back {row['size']}-byte frames", params=params,
                  kind="packet") for row in rows]
+    # ``lbpipe bench --speed``: simulation speed per engine (wall clock and CPU time, unlike the figures above).
+    from .fast import engine_speeds, supports
+    if speed and supports(block) and block.pcap_trace is not None:
+        rows += engine_speeds(block, params)
+    return rows
 
 
-def run_bench(block_name, params):
+def run_bench(block_name, params, speed=False):
     """Run every scenario of ``block_name``; returns a list of result dicts.
 
     ``params`` (the user's ``--param`` values) override the block's defaults and every scenario's own parameters
@@ -190,7 +209,7 @@ def run_bench(block_name, params):
     from .blocks import get_block
     block = get_block(block_name)
     if block_name in PACKET_BENCHES:
-        return _run_packet_bench(block, block.resolve(params))
+        return _run_packet_bench(block, block.resolve(params), speed)
     results = []
     for name, make in BENCHES[block_name]:
         run_params, events = make(block.resolve(params))
@@ -215,7 +234,8 @@ def run_bench(block_name, params):
 
 def format_bench(results):
     packets = [r for r in results if r.get("kind") == "packet"]
-    results = [r for r in results if r.get("kind") != "packet"]
+    speeds = [r for r in results if r.get("kind") == "speed"]
+    results = [r for r in results if r.get("kind") not in ("packet", "speed")]
     lines = []
     if results:
         lines += ["| Block | Scenario | Items | Items per clock | Items holding the pipeline > 1 cycle | "
@@ -243,4 +263,15 @@ def format_bench(results):
                   + (" First-beat latency: cycles from the edge that takes a frame's first beat on s_axis to the one "
                      "that hands its first beat on at m_axis, for one frame on the idle pipeline, and the largest "
                      "over the back-to-back run." if latency else "")]
+    if speeds:
+        lines += ["", "| Block | Engine | Frames | Cycles | Seconds | Cycles per second | Cycles per CPU second |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in speeds:
+            cpu = f"{r['cycles_per_cpu_second']:,.0f}" if "cycles_per_cpu_second" in r else "-"
+            lines.append(f"| `{r['block']}` | {r['engine']} | {r['frames']} | {r['cycles']} | {r['seconds']:.2f} | "
+                         f"{r['cycles_per_second']:,.0f} | {cpu} |")
+        lines += ["", "Simulation speed (wall clock on a shared machine, so compare engines rather than runs): the "
+                  "block's pcap trace without pauses. The fast engine times its own clock loop; the cocotb run is "
+                  "timed whole, start-up included (CPU: the simulator process), over the cycles the same frames "
+                  "take. Builds are cached and not timed (docs/simulation.md)."]
     return "\n".join(line for line in lines if line is not None) + "\n"

@@ -27,10 +27,14 @@ DATASHEET_LATENCY = {
     "laps-softmax": 19,     # docs/laps_softmax.md: "19 cycles" (16 + ceil(log2 K) at K = 8)
     "laps-aimd": 8,         # docs/laps_aimd.md: "8 cycles"
     "laps-pacer": 11,       # docs/laps_pacer.md: "11 cycles"
+    "laps-loss": 13,        # docs/laps_loss.md: "13 cycles"
     "pro-rr": 5,            # docs/pro_rr.md: "5 cycles"
     "pro-ooo": 8,           # docs/pro_ooo.md: "8 cycles"
     "pro-tx-wire": 47,      # docs/pro_wire.md: "47 cycles (cut-through ...)" first beat in to first beat out
     "pro-nak": 8,           # docs/pro_rx_wire.md: "8 cycles from a NACK event to its frame on m_axis"
+    "laps-tx-wire": 49,     # docs/laps_tx_wire.md: "49 cycles from a one-beat frame's beat in to its first beat out"
+    "pro-rx-wire": 1,       # docs/pro_rx_wire.md: "1 cycle first beat in to first beat out"
+    "laps-rx-wire": 16,     # docs/laps_rx_wire.md: "16 cycles from a data frame's first beat in to its ACK's"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -40,10 +44,14 @@ DATASHEET_LEVELS = {
     "laps-pst": 4, "laps-pit": 6, "laps-softmax": 4,
     "laps-aimd": 6,
     "laps-pacer": 6,
+    "laps-loss": 6,
     "pro-rr": 5,
     "pro-ooo": 6,
     "pro-nak": 5,
     "pro-tx-wire": 6,
+    "pro-rx-wire": 6,
+    "laps-rx-wire": 6,
+    "laps-tx-wire": 7,      # docs/laps_tx_wire.md: 7 (over budget: a path inside the LAPS editor's E1)
 }
 
 

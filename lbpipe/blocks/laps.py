@@ -226,10 +226,108 @@ BLOCKS.append(Block(
 # -- per-path loss detection (laps-loss) -----------------------------------------------------------------------------
 # (entry appended below by the loss-detection work)
 
+def _loss_extra(params, component):
+    n, L, kb = params["n_paths"], params["depth"], params["flow_bits"] + 32
+    return {"State": f"pool {n} paths x {L} entries x {kb} bit = {n * L * kb} bits (one copy: the eviction read "
+                     f"shares the write port, read-first); tails and heads 16 bit, deadlines 48 bit per path: "
+                     f"{component.memory_bits} bits in all (tails and heads are read at two addresses: two copies)",
+            "Latency": f"{component.latency} cycles; one slot (a send and an ACK, or a timer check) per clock; an "
+                       f"ACK's scan is one clock whatever it declares lost (up to {L - 1} entries)",
+            "Paper, section III-H": "Algorithm 3 'requires a ring buffer and associated hardware for each flow, which "
+                                    "exceeds the resources available on the FPGA': per path, not per flow, it fits"}
+
+
+BLOCKS.append(Block(
+    name="laps-loss",
+    summary="LAPS loss detection (Algorithm 3): per-path rings of unacknowledged packets, ACK-order rule, timeout",
+    paper_ref="LAPS (IEEE ToN), section III-G, Algorithm 3",
+    params=[
+        Param("n_paths", 1024, "path ids tracked, a power of two from 2 to 65536 (pids at or above: out of range)"),
+        Param("depth", 16, "entries per path (ring size): 4, 8, 16 or 32"),
+        Param("flow_bits", 16, "width of the flow id, 1 to 32"),
+    ],
+    build=load("lbpipe.hdl.laps.loss:Loss"),
+    golden=load("lbpipe.sim.laps.loss:Loss"),
+    test_params=[dict(n_paths=8, depth=4, flow_bits=4), dict(n_paths=16, depth=16, flow_bits=9)],
+    regression_items=1500,
+    random_params=lambda rng: dict(n_paths=1 << rng.randrange(1, 7), depth=rng.choice([4, 8, 16, 32]),
+                                   flow_bits=rng.randrange(1, 33)),
+    tb_module="lbpipe.tb.laps.test_loss",
+    trace="lbpipe.sim.laps.loss:loss_trace",
+    doc="docs/laps_loss.md",
+    paper={"resources": "none given: Algorithm 3 'exceeds the resources available on the FPGA' (section III-H)"},
+    report_extra=_loss_extra,
+))
+
 
 # -- sender in the wire (laps-tx-wire) -------------------------------------------------------------------------------
 # (entry appended below by the sender-pipeline work)
 
+def _tx_wire_extra(params, component):
+    return {"Latency": f"{component.latency} cycles from a one-beat frame's beat in to its first beat out; a longer "
+                       f"frame's first beat leaves when its last beat is in plus the editor's pipeline "
+                       f"(docs/laps_tx_wire.md); decision {component.decision_latency} cycles from the second beat",
+            "Throughput": "1 beat per clock out; in, 1 beat per clock less the beat a header adds to a frame "
+                          "(lbpipe bench laps-tx-wire)"}
+
+
+BLOCKS.append(Block(
+    name="laps-tx-wire",
+    summary="LAPS sender in the wire: parser -> PST -> PIT -> softmax path choice -> LAPS header INSERT (pid, send "
+            "time, the path's anchors), 512-bit AXI4-Stream; PIT updates on upd",
+    paper_ref="LAPS (IEEE ToN), sections III-B to III-E, Figures 3 and 5, Algorithm 1",
+    params=[
+        Param("n_dests", 1024, "PST records (record 0 the miss record)"),
+        Param("k", 8, "candidate paths per destination = PIT sub-tables, 1 to 16"),
+        Param("ways", 3, "PST ways"),
+        Param("buckets", 512, "PST slots per way, a power of two"),
+        Param("ipv6", False, "PST keys of 128 bits (IPv4 and IPv6 frames) or 32 (IPv4 only)"),
+        Param("n_entries", 8192, "PIT paths, a multiple of k with n_entries / k a power of two"),
+        Param("probe_rule", "paper", "the PIT's stale rule", choices=("paper", "max")),
+        Param("lfsr_seed", 0xACE1, "the PIT's probe LFSR seed"),
+        Param("precision", 16, "softmax weight width"),
+        Param("depth", 256, "editor frame buffer, in 64-byte beats"),
+        Param("laps_port", 0xC1A5, "UDP port of the LAPS shim"),
+        Param("tick_ns", 4, "ns the clock advances per cycle after reset (4 at 250 MHz), 0 to 255"),
+    ],
+    build=load("lbpipe.hdl.laps.tx_wire:LapsTxWire"),
+    golden=load("lbpipe.sim.laps.tx_wire:LapsTxWireModel"),
+    golden_ref="lbpipe.sim.laps.tx_wire:LapsTxWireModel",
+    tb_module="lbpipe.tb.laps.test_tx_wire",
+    doc="docs/laps_tx_wire.md",
+    interface="packet",
+    pcap_trace="lbpipe.tb.laps.test_tx_wire:pcap_trace",
+    report_extra=_tx_wire_extra,
+))
+
 
 # -- receiver in the wire (laps-rx-wire) -----------------------------------------------------------------------------
 # (entry appended below by the receiver-pipeline work)
+
+
+def _rx_wire_extra(params, component):
+    return {"Latency": f"{component.latency} cycles from a data frame's first beat in to its ACK's first beat on "
+                       f"m_ack (cut-through); host frames store-and-forward, 13 cycles after their last beat "
+                       f"(the LAPS editor), one beat per clock (lbpipe bench laps-rx-wire)"}
+
+
+BLOCKS.append(Block(
+    name="laps-rx-wire",
+    summary="LAPS receiver in the wire: data frames answered by ACK frames built in the NIC (pid, one-way latency, "
+            "reversed source route), ACKs turned into PIT updates and loss items, LAPS headers removed for the host",
+    paper_ref="LAPS (IEEE ToN), sections III-B to III-G, Figures 3 and 5",
+    params=[
+        Param("n_entries", 8192, "PIT entries (pids checked against it), a multiple of k"),
+        Param("k", 8, "PIT sub-tables (index 0 of each is no path)"),
+        Param("depth", 256, "LAPS editor frame buffer, in 64-byte beats"),
+        Param("laps_port", 0xC1A5, "UDP destination port of the LAPS shim"),
+    ],
+    build=load("lbpipe.hdl.laps.rx_wire:LapsRxWire"),
+    golden=load("lbpipe.sim.laps.rx_wire:LapsRxWireModel"),
+    golden_ref="lbpipe.sim.laps.rx_wire:LapsRxWireModel",
+    tb_module="lbpipe.tb.laps.test_rx_wire",
+    pcap_trace="lbpipe.tb.laps.test_rx_wire:pcap_trace",
+    doc="docs/laps_rx_wire.md",
+    interface="packet",
+    report_extra=_rx_wire_extra,
+))
