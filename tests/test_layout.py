@@ -13,7 +13,8 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LAYERS = {"hdl": "lbpipe.hdl", "sim": "lbpipe.sim", "tb": "lbpipe.tb", "boards": "lbpipe.boards", "lbpipe": "lbpipe"}
+LAYERS = {"hdl": "lbpipe.hdl", "sim": "lbpipe.sim", "tb": "lbpipe.tb", "boards": "lbpipe.boards", "lbpipe": "lbpipe",
+          "formal": "lbpipe.formal"}
 MAX_ELABORATE = 200
 
 
@@ -75,6 +76,8 @@ def _allowed(importer, imported):
         return imported.startswith(("lbpipe.hdl", "lbpipe.sim"))
     if importer.startswith("lbpipe.boards"):
         return imported.startswith(("lbpipe.hdl", "lbpipe.boards"))
+    if importer.startswith("lbpipe.formal"):
+        return imported.startswith(("lbpipe.hdl", "lbpipe.formal"))
     return True   # tb and the tools use every layer
 
 
@@ -104,6 +107,7 @@ def test_layout_checker_fails_on_a_bad_import():
     assert not _allowed("lbpipe.hdl.packet.parser", "lbpipe.hdl.themis.themis_d")
     assert not _allowed("lbpipe.sim.packet.parser", "lbpipe.tb.lib.packets")
     assert not _allowed("lbpipe.protocol", "lbpipe.hdl.lib.meta")
+    assert not _allowed("lbpipe.formal.lib.stream", "lbpipe.sim.lib.ring")
     assert _allowed("lbpipe.sim.packet.parser", "lbpipe.hdl.packet.parser")
 
 

@@ -1,0 +1,1 @@
+"""Harness conventions, the generic stream contract, and proofs of the shared primitives (ring, CRC-32)."""
