@@ -1,6 +1,7 @@
-"""The two engines a trace runs through: the golden model and the RTL (cocotb + Icarus).
+"""The engines a trace runs through: the golden model, the RTL under cocotb (Icarus or Verilator), and the fast RTL
+engine (Verilator with a C++ harness, :mod:`lbpipe.fast`).
 
-Both take the same events (see :mod:`lbpipe.trace`) and return the output items, so ``lbpipe replay`` and the tests
+All take the same events (see :mod:`lbpipe.trace`) and return the output items, so ``lbpipe replay`` and the tests
 can compare them item for item.
 """
 
@@ -11,7 +12,8 @@ import tempfile
 from .blocks import Block, get_block
 from .trace import TraceError, pack, read_events, read_pcap, where, write_events, write_pcap
 
-__all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "replay_pcap",
+__all__ = ["resolve_block", "check_ctl_events", "check_actions", "run_golden", "golden_run", "run_rtl", "run_fast",
+           "replay_pcap",
            "check_events", "build_top", "top_verilog", "apply_event"]
 
 
@@ -176,6 +178,17 @@ def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compar
     return outputs
 
 
+def run_fast(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, stats=None):
+    """Run ``events`` through the RTL compiled by Verilator with the C++ harness of :mod:`lbpipe.fast` (no Python
+    per clock cycle, no scoreboard: compare with :func:`run_golden`). ``stats``, if a dict, receives the
+    measurements (cycles, seconds, cycles per second). Returns the output items."""
+    from .fast import run_items
+    outputs, measured = run_items(block, params, events, idle=idle, backpressure=backpressure, seed=seed)
+    if stats is not None:
+        stats.update(measured)
+    return outputs
+
+
 def check_actions(block, frames, actions):
     """A per-frame action file must hold one action per frame, each fitting the block's action layout."""
     layout = block.action_layout()
@@ -208,14 +221,15 @@ def _golden_frames(block, params, frames, ctl_events, actions=None):
 
 
 def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden", idle=0.0, backpressure=0.0,
-                seed=1, actions=None):
+                seed=1, actions=None, stats=None):
     """Run the frames of ``pcap_in`` through a packet pipeline after its control commands; write ``pcap_out``.
 
     Only packet blocks with a golden model of whole frames (``process(frame)`` returning a frame, None or a list of
     frames) replay pcap files; the RTL engine runs the block's cocotb ``replay`` test, with ``idle`` and
     ``backpressure`` the probabilities of pauses on its input and output, and raises ``RuntimeError`` when the RTL
-    sends a different number of frames than the golden model (an extra or a missing frame). Returns the number of
-    frames written.
+    sends a different number of frames than the golden model (an extra or a missing frame). The fast engine
+    (:mod:`lbpipe.fast`, Verilator) does the same without Python in the clock loop; ``stats``, if a dict, receives
+    its measurements (cycles, seconds). Returns the number of frames written.
     """
     block = resolve_block(block)
     if block.is_meta or block.golden is None:
@@ -228,6 +242,17 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
     if engine == "golden":
         write_pcap(pcap_out, expected)
         return len(expected)
+    if engine == "fast":
+        from .fast import replay_frames
+        got, measured = replay_frames(block, params, frames, ctl_events, idle=idle, backpressure=backpressure,
+                                      seed=seed)
+        write_pcap(pcap_out, got)
+        if stats is not None:
+            stats.update(measured)
+        if len(got) != len(expected):
+            raise RuntimeError(f"{block.name}: the RTL sent {len(got)} frames, the golden model {len(expected)} "
+                               f"(frames written to {pcap_out})")
+        return len(got)
     from lbpipe.tb.lib.runner import run_cocotb
     path = top_verilog(block, params)
     with tempfile.TemporaryDirectory(prefix="lbpipe-") as tmp:

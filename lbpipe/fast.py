@@ -1,0 +1,273 @@
+"""The fast replay engine: a block's Verilog compiled by Verilator with a C++ harness that streams a trace file
+through it, with no Python call per clock cycle.
+
+``lbpipe replay BLOCK ... --engine fast`` uses it. The harness (``lbpipe/csrc/replay.cpp``) drives the same wrapped
+top as the cocotb engine (:func:`lbpipe.engine.top_verilog`: AXI4-Lite control, flat stream ports), writes control
+commands through the AXI4-Lite bridge, pauses the input and the output with the same kind of random runs as the
+cocotb harness (``--idle``, ``--backpressure``), and writes what leaves the block to a file. The cocotb engine stays
+the reference: its scoreboard checks every output and the cycle timing as it runs; the fast engine only moves data,
+and ``tests/test_fast_engine.py`` checks that both give the same bytes. docs/simulation.md has the speeds.
+
+Each build is cached by content: the Verilog, the harness source, the compiler flags and the Verilator version name
+a directory beside the Verilog, compiled aside and moved into place whole, so a design is compiled once for every
+later replay in any process.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import tempfile
+
+from amaranth import Shape
+
+from .trace import TraceError, pack, unpack
+
+__all__ = ["HARNESS", "FastError", "supports", "build_replay", "replay_frames", "run_items", "settle_cycles",
+           "engine_speeds"]
+
+#: The C++ harness, shipped as package data.
+HARNESS = pathlib.Path(__file__).parent / "csrc" / "replay.cpp"
+
+#: Verilator options of a replay build: no timing (the Verilog has none; the ``#0`` kicks the runner adds for
+#: Icarus are ignored), X given whatever value is fastest (Amaranth gives every register an initial value, so no
+#: state starts unknown), assertions off, lint warnings not fatal (they concern Amaranth's output, not the harness).
+VERILATOR_FLAGS = ("--cc", "--exe", "--build", "--no-timing", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+                   "--noassert", "-Wno-fatal", "-Wno-lint", "-Wno-style", "--top-module", "lbpipe_top",
+                   "--prefix", "Vtop")
+#: C++ optimisation of the evaluated code (``OPT_FAST``) and of the code run once (``OPT_SLOW``).
+MAKE_OPT = "OPT_FAST=-O2 OPT_SLOW=-O1"
+
+#: Cycles without an output beat after the last input that end a packet replay (as the cocotb replay).
+QUIET_CYCLES = 2000
+
+
+class FastError(RuntimeError):
+    """The Verilator build failed or the harness stopped (a stalled pipeline, a cut file); the message says which
+    and where its log is."""
+
+
+#: The ports a packet pipeline may have for the fast engine: one stream in, one out, control and counters.
+PACKET_PORTS = {"s_axis", "m_axis", "ctl", "stats"}
+
+
+def supports(block):
+    """Whether the fast engine replays ``block``: packet pipelines with a frame golden model and no ports but
+    ``s_axis``, ``m_axis``, ``ctl`` and ``stats`` (per-frame action streams and second streams are not carried),
+    and metadata blocks with one input stream (no extra streams)."""
+    if block.is_meta:
+        return not block.streams
+    if block.golden is None or block.actions is not None:
+        return False
+    component = block.check(block.resolve({}))
+    return set(component.signature.members) <= PACKET_PORTS
+
+
+def settle_cycles(params):
+    """Cycles after reset before the first control command: blocks that sweep a per-QP table after reset (Themis-D,
+    the PRO round robin) take one cycle per QP; 4 more as margin. The cocotb testbenches wait the same."""
+    return int(params.get("n_qps", 0)) + 4
+
+
+def _port_bytes(width):
+    """Bytes Verilator uses for a port of ``width`` bits: 1, 2, 4 or 8 up to 64 bits, whole 32-bit words above."""
+    for size in (1, 2, 4, 8):
+        if width <= 8 * size:
+            return size
+    return -(-width // 32) * 4
+
+
+def build_replay(verilog_path, *, meta, jobs=None):
+    """The path of the replay executable of ``verilog_path`` (a metadata top with ``meta``), compiling it with
+    ``nice -n 5`` and ``jobs`` make jobs (``LBPIPE_SIM_JOBS``, default 2) the first time."""
+    from lbpipe.tb.lib.runner import verilator_environment, verilator_version
+    verilog_path = pathlib.Path(verilog_path)
+    digest = hashlib.sha256()
+    for part in (verilog_path.read_bytes(), HARNESS.read_bytes(), " ".join(VERILATOR_FLAGS).encode(),
+                 MAKE_OPT.encode(), b"meta" if meta else b"packet", verilator_version().encode()):
+        digest.update(part + b"\0")
+    build_dir = verilog_path.parent / f"fast-{digest.hexdigest()[:16]}"
+    exe = build_dir / "replay"
+    if exe.exists():
+        os.utime(build_dir)
+        return exe
+    jobs = int(jobs or os.environ.get("LBPIPE_SIM_JOBS", "2"))
+    own = verilog_path.parent / f"fast-build-{os.getpid()}"
+    shutil.rmtree(own, ignore_errors=True)
+    own.mkdir(parents=True)
+    env = verilator_environment()
+    cmd = ["nice", "-n", "5", str(pathlib.Path(env["VERILATOR_ROOT"]) / "bin" / "verilator"), *VERILATOR_FLAGS,
+           "-j", str(jobs), "-MAKEFLAGS", MAKE_OPT, "-Mdir", str(own), "-o", "replay",
+           *(["-CFLAGS", "-DLBPIPE_META"] if meta else []), str(verilog_path), str(HARNESS)]
+    log = own / "build.log"
+    with open(log, "w") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if done.returncode or not (own / "replay").exists():
+        raise FastError(f"Verilator build failed ({' '.join(cmd)}); log {log}")
+    # Keep only the executable and the log: the object files are large and never reused.
+    for path in own.iterdir():
+        if path.name not in ("replay", "build.log"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    try:
+        os.rename(own, build_dir)
+    except OSError:          # another process moved its build in first: use that one
+        shutil.rmtree(own, ignore_errors=True)
+    _prune_builds(build_dir)
+    return exe
+
+
+def _prune_builds(keep, grace=600.0):
+    """Remove this design's other replay builds (an older harness or Verilator) unused for ``grace`` seconds."""
+    import time
+    for old in keep.parent.glob("fast-*"):
+        try:
+            if (old != keep and not old.name.startswith("fast-build-")
+                    and time.time() - old.stat().st_mtime > grace):
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _run(exe, infile, outfile, *, idle, backpressure, seed, settle):
+    done = subprocess.run([str(exe), str(infile), str(outfile), repr(float(idle)), repr(float(backpressure)),
+                           str(int(seed)), str(int(settle))], capture_output=True, text=True)
+    if done.returncode:
+        raise FastError(f"{exe}: {done.stderr.strip() or f'exit status {done.returncode}'}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _stats(stats):
+    """Add ``cycles_per_second`` (wall clock) and ``cycles_per_cpu_second`` (the harness's own CPU time: the figure
+    that does not depend on what else the machine runs) over the cycles the timed loop ran."""
+    cycles = stats.get("stream_cycles", stats["cycles"])
+    stats["cycles_per_second"] = cycles / stats["seconds"] if stats["seconds"] else 0.0
+    stats["cycles_per_cpu_second"] = cycles / stats["cpu_seconds"] if stats["cpu_seconds"] else 0.0
+    return stats
+
+
+def replay_frames(block, params, frames, ctl_events, *, idle=0.0, backpressure=0.0, seed=1, verilog=None):
+    """Run ``frames`` (bytes) through packet pipeline ``block`` after its control commands; returns
+    ``(frames out, measurements)``: ``cycles`` (all, from reset), ``stream_cycles`` (from the first frame offered
+    until :data:`QUIET_CYCLES` after the last output), ``seconds`` (wall time of that streaming loop),
+    ``cycles_per_second``, frames and beats in and out."""
+    from .engine import resolve_block, top_verilog
+    block = resolve_block(block)
+    if block.is_meta or not supports(block):
+        raise ValueError(f"{block.name}: the fast engine replays packet pipelines with one stream in and out and "
+                         f"metadata blocks without extra streams")
+    params = block.resolve(params)
+    exe = build_replay(verilog or top_verilog(block, params), meta=False)
+    with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
+        infile, outfile = pathlib.Path(tmp) / "in.bin", pathlib.Path(tmp) / "out.bin"
+        with open(infile, "wb") as f:
+            f.write(b"LBPF" + struct.pack("<I", len(ctl_events)))
+            for event in ctl_events:
+                cmd = event["ctl"]
+                f.write(struct.pack("<IIQ", cmd.get("table", 0), cmd.get("index", 0), cmd.get("data", 0)))
+            for frame in frames:
+                f.write(struct.pack("<I", len(frame)))
+                f.write(frame)
+        stats = _run(exe, infile, outfile, idle=idle, backpressure=backpressure, seed=seed,
+                     settle=settle_cycles(params))
+        out = []
+        data = outfile.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack_from("<I", data, at)
+            out.append(data[at + 4:at + 4 + length])
+            at += 4 + length
+    return out, _stats(stats)
+
+
+def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
+    """Run a metadata trace (``events``, checked by :func:`lbpipe.engine.check_events`) through ``block``; returns
+    ``(output items, measurements)`` (``cycles``, ``seconds``, ``cycles_per_second``, items in and out)."""
+    from .engine import check_events, resolve_block, top_verilog
+    block = resolve_block(block)
+    if not block.is_meta or not supports(block):
+        raise ValueError(f"{block.name}: the fast engine replays metadata blocks without extra streams")
+    params = block.resolve(params)
+    layout = check_events(block, params, events)
+    _, out_layout, _, _ = block.layouts(params)
+    in_width, out_width = Shape.cast(layout).width, Shape.cast(out_layout).width
+    in_bytes, out_bytes = _port_bytes(in_width), _port_bytes(out_width)
+    exe = build_replay(top_verilog(block, params), meta=True)
+    with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
+        infile, outfile = pathlib.Path(tmp) / "in.bin", pathlib.Path(tmp) / "out.bin"
+        with open(infile, "wb") as f:
+            f.write(b"LBPM" + struct.pack("<I", in_bytes))
+            for event in events:
+                if "ctl" in event:
+                    cmd = event["ctl"]
+                    f.write(b"\0" + struct.pack("<IIQ", cmd.get("table", 0), cmd.get("index", 0),
+                                                cmd.get("data", 0)))
+                elif "item" in event:
+                    f.write(b"\1" + pack(layout, event["item"]).to_bytes(in_bytes, "little"))
+                else:
+                    raise TraceError(f"{block.name}: the fast engine carries no extra streams")
+        stats = _run(exe, infile, outfile, idle=idle, backpressure=backpressure, seed=seed,
+                     settle=settle_cycles(params))
+        data = outfile.read_bytes()
+    mask = (1 << out_width) - 1
+    outputs = [unpack(out_layout, int.from_bytes(data[at:at + out_bytes], "little") & mask)
+               for at in range(0, len(data), out_bytes)]
+    return outputs, _stats(stats)
+
+
+def engine_speeds(block, params, *, fast_frames=5000, cocotb_frames=200, seed=1):
+    """``lbpipe bench``'s simulation speed of a packet pipeline, per engine: the block's own pcap trace
+    (``Block.pcap_trace``) replayed without pauses. Returns one dict per engine: ``engine``, ``frames``,
+    ``cycles``, ``seconds`` and ``cycles_per_second`` (wall clock), ``cpu_seconds`` and ``cycles_per_cpu_second``
+    (the harness's CPU time; for cocotb, the simulator process's). The fast engine counts its own cycles; the cocotb engine's run is timed whole (start-up,
+    AXI4-Lite set-up and Python included, as a user waits for it) over the cycles the fast engine needs for the
+    same frames, so its figure is what a replay costs per clock cycle. The build is not timed (it is cached)."""
+    import functools
+    import importlib
+    import inspect
+    import time
+    from .engine import replay_pcap, resolve_block, top_verilog
+    from .trace import write_pcap
+    block = resolve_block(block)
+    params = block.resolve(params)
+    module, name = block.pcap_trace.split(":")
+    trace = getattr(importlib.import_module(module), name)
+    # Pass the parameters the generator takes (some take only those that shape the traffic).
+    taken = inspect.signature(trace).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in taken.values()):
+        trace = functools.partial(trace, **{k: v for k, v in params.items() if k in taken})
+    else:
+        trace = functools.partial(trace, **params)
+    rows = []
+    cmds, frames = trace(seed, fast_frames)
+    ctl = [{"ctl": c} for c in cmds]
+    build_replay(top_verilog(block, params), meta=False)
+    _, stats = replay_frames(block, params, frames, ctl)
+    rows.append({"engine": "fast (Verilator, C++ harness)", "frames": len(frames), "cycles": stats["stream_cycles"],
+                 "seconds": stats["seconds"], "cycles_per_second": stats["cycles_per_second"],
+                 "cpu_seconds": stats["cpu_seconds"], "cycles_per_cpu_second": stats["cycles_per_cpu_second"]})
+    cmds, frames = trace(seed, cocotb_frames)
+    ctl = [{"ctl": c} for c in cmds]
+    _, stats = replay_frames(block, params, frames, ctl)
+    from lbpipe.tb.lib.runner import simulator
+    with tempfile.TemporaryDirectory(prefix="lbpipe-speed-") as tmp:
+        write_pcap(pathlib.Path(tmp) / "in.pcap", frames)
+        write_pcap(pathlib.Path(tmp) / "one.pcap", frames[:1])
+        replay_pcap(block, params, pathlib.Path(tmp) / "one.pcap", pathlib.Path(tmp) / "warm.pcap", ctl,
+                    engine="rtl")      # builds (or finds) the simulator build, untimed
+        start, cpu = time.perf_counter(), _child_cpu()
+        replay_pcap(block, params, pathlib.Path(tmp) / "in.pcap", pathlib.Path(tmp) / "out.pcap", ctl, engine="rtl")
+        seconds, cpu = time.perf_counter() - start, _child_cpu() - cpu
+    rows.append({"engine": f"rtl (cocotb, {simulator()})", "frames": len(frames), "cycles": stats["stream_cycles"],
+                 "seconds": seconds, "cycles_per_second": stats["stream_cycles"] / seconds, "cpu_seconds": cpu,
+                 "cycles_per_cpu_second": stats["stream_cycles"] / cpu if cpu else 0.0})
+    return [dict(row, block=block.name, kind="speed") for row in rows]
+
+
+def _child_cpu():
+    """CPU seconds (user and system) of this process's finished child processes: the simulator cocotb runs."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

