@@ -1,0 +1,158 @@
+"""Writes the P4 test directories p4/sim/test-<name>/ (run from the repository root: python p4/sim/make_tests.py).
+
+Each directory holds what the test needs, the inputs first:
+  ctl.jsonl         lbpipe control commands ({"ctl": {...}} lines, as `lbpipe trace themis-s-wire` writes them)
+  test.json         the program and the golden model's parameters
+  packets_in.pcap   frames into the switch (port 0)
+  commands.txt      simple_switch_CLI commands, from ctl.jsonl by lbpipe/p4.py (the same source as the FPGA ctl)
+  packets_out.pcap  the expected frames out (port 1): the golden model's output for the same frames and commands
+
+tests/test_p4.py checks that commands.txt and packets_out.pcap are what this script derives, then runs bmv2.
+"""
+
+import json
+import pathlib
+import struct
+import sys
+
+from lbpipe.p4 import themis_s_commands
+from lbpipe.sim.themis.wire import ThemisSWireModel
+from lbpipe.tb.lib import packets as pk
+from lbpipe.tb.themis.test_themis_s_wire import pcap_trace
+from lbpipe.trace import write_events, write_pcap
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _fix_icrc(frame):
+    """The frame with its ICRC recomputed (tb/lib/packets.py icrc), when it is a whole RoCEv2 frame."""
+    try:
+        value = pk.icrc(frame)
+    except ValueError:
+        return frame
+    where = len(frame) - 4
+    return frame[:where] + value
+
+
+def _set(frame, at, data):
+    return frame[:at] + bytes(data) + frame[at + len(data):]
+
+
+def _ipv4_checksum(header):
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def edge_frames():
+    """Hand-picked frames around every rule of the RoCEv2 classification and of the rewrite."""
+    src, dst = "10.1.0.1", "10.2.0.1"
+    frames = []
+
+    def data(psn, **kw):
+        kw.setdefault("opcode", pk.RC_SEND_ONLY)
+        kw.setdefault("payload_len", 40)
+        return bytes(pk.roce_data(src, dst, 0xC123, 0x42, psn, **kw))
+
+    # Equation 1 across the PSN wrap (N = 3: PSNs 2^24-1 and 0 share a path), every opcode.
+    for psn in ((1 << 24) - 2, (1 << 24) - 1, 0, 1, 2, 3):
+        frames.append(data(psn))
+    base = data(7)
+    bth = 14 + 20 + 8
+    for op in list(range(0x00, 0x20)) + [0x20, 0x24, 0x2A, 0x40, 0x64, 0x81, 0xFF]:
+        frames.append(_fix_icrc(_set(base, bth, [op])))
+    # TVer 1: ROCE_OTHER.
+    frames.append(_fix_icrc(_set(base, bth + 1, [base[bth + 1] | 1])))
+    # UDP length too short for the opcode's extension headers (0x0B needs 20 bytes; 8 bytes of payload here).
+    short = data(9, payload_len=8)
+    frames.append(_fix_icrc(_set(short, bth, [0x0B])))
+    frames.append(_fix_icrc(_set(short, bth, [0x06])))
+    # UDP length above the IP payload; below it (4 bytes after the datagram inside the IP packet).
+    ulen = struct.unpack_from("!H", base, 14 + 20 + 4)[0]
+    frames.append(_set(base, 14 + 20 + 4, struct.pack("!H", ulen + 4)))
+    inner = bytearray(base + b"\xAA" * 4)
+    struct.pack_into("!H", inner, 16, struct.unpack_from("!H", inner, 16)[0] + 4)
+    struct.pack_into("!H", inner, 24, 0)
+    struct.pack_into("!H", inner, 24, _ipv4_checksum(bytes(inner[14:34])))
+    frames.append(bytes(inner))
+    # IPv4 fragment (MF), IHL 4, version 5.
+    frames.append(_set(base, 20, [0x20 | base[20], base[21]]))
+    frames.append(_set(base, 14, [0x44]))
+    frames.append(_set(base, 14, [0x55]))
+    # IPv4 with 8 bytes of options (the ICRC covers them).
+    opt = bytearray(base[:34] + b"\x01" * 8 + base[34:])
+    opt[14] = 0x47
+    struct.pack_into("!H", opt, 16, struct.unpack_from("!H", opt, 16)[0] + 8)
+    struct.pack_into("!H", opt, 24, 0)
+    struct.pack_into("!H", opt, 24, _ipv4_checksum(bytes(opt[14:42])))
+    frames.append(_fix_icrc(bytes(opt)))
+    # Tags: S-tag + C-tag, lone S-tag, C-tag, three tags (not parsed), TPID 0x9100 (not parsed).
+    def tagged(tags):
+        return base[:12] + b"".join(struct.pack("!HH", tpid, vid) for tpid, vid in tags) + base[12:]
+    frames.append(tagged([(0x88A8, 5), (0x8100, 7)]))
+    frames.append(tagged([(0x88A8, 5)]))
+    frames.append(tagged([(0x8100, 7)]))
+    frames.append(tagged([(0x8100, 1), (0x8100, 2), (0x8100, 3)]))
+    frames.append(tagged([(0x9100, 5)]))
+    # IPv6; IPv6 with a non-zero UDP checksum (left unsprayed); IPv4 non-zero checksum.
+    frames.append(bytes(pk.roce_data("fd00::1", "fd00::2", 0xC200, 0x77, 11, opcode=pk.RC_RDMA_WRITE_MIDDLE,
+                                     payload_len=100)))
+    frames.append(bytes(pk.roce_data("fd00::1", "fd00::2", 0xC200, 0x77, 12, opcode=pk.RC_RDMA_WRITE_MIDDLE,
+                                     payload_len=100, udp_chksum=0x1234)))
+    frames.append(data(13, udp_chksum=0xBEEF))
+    # Every data opcode the builder makes, with its extension headers, several sizes (up to a jumbo frame).
+    for n, op in enumerate((0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C)):
+        frames.append(data(100 + n, opcode=op, payload_len=0 if op == 0x0C else (0, 3, 61, 1000, 9000)[n % 5]))
+    # Padding after the IP packet (a 58-byte frame padded to 64; a 4-byte trailer on a long frame).
+    frames.append(data(20, payload_len=0) + bytes(6))
+    frames.append(data(21, payload_len=500) + b"\x11\x22\x33\x44")
+    # Truncated at most 128 bytes long (the parser knows its length): not RoCEv2, unchanged.
+    frames.append(data(22, payload_len=40)[:-10])
+    # ACK, NAK, CNP; non-RoCE UDP and TCP; a runt.
+    frames.append(bytes(pk.roce_ack(dst, src, 0xC123, 0x42, 5)))
+    frames.append(bytes(pk.roce_nak(dst, src, 0xC123, 0x42, 5)))
+    frames.append(bytes(pk.roce_cnp(dst, src, 0xC123, 0x42)))
+    frames.append(_set(base, 14 + 20 + 2, struct.pack("!H", 4792)))
+    frames.append(base[:23] + b"\x06" + base[24:])
+    frames.append(base[:20])
+    return frames
+
+
+def edge_ctl():
+    """N = 3: entry 1 written twice (the last wins), entry 2 a zero delta, entry 5 and table 1 ignored, entry 0
+    data wider than 16 bits (masked)."""
+    return [{"table": 0, "index": 0, "data": 0x1ABCD}, {"table": 0, "index": 1, "data": 0x1111},
+            {"table": 0, "index": 1, "data": 0x8001}, {"table": 0, "index": 2, "data": 0},
+            {"table": 0, "index": 5, "data": 0x5555}, {"table": 1, "index": 0, "data": 0x7777}]
+
+
+def expected(frames, ctl, n_paths):
+    model = ThemisSWireModel(n_paths=n_paths)
+    for cmd in ctl:
+        model.control(cmd)
+    return [model.process(f) for f in frames]
+
+
+def write_test(name, frames, ctl, n_paths, note):
+    where = HERE / f"test-{name}"
+    where.mkdir(exist_ok=True)
+    write_events(where / "ctl.jsonl", [{"ctl": c} for c in ctl])
+    (where / "test.json").write_text(json.dumps({"program": "themis_tor.p4", "block": "themis-s-wire",
+                                                 "params": {"n_paths": n_paths}, "note": note}, indent=2) + "\n")
+    write_pcap(where / "packets_in.pcap", frames)
+    (where / "commands.txt").write_text("".join(c + "\n" for c in themis_s_commands(ctl, n_paths)))
+    write_pcap(where / "packets_out.pcap", expected(frames, ctl, n_paths))
+    sys.stdout.write(f"{where}: {len(frames)} frames\n")
+
+
+def main():
+    cmds, frames = pcap_trace(1, 300, n_paths=8, depth=256)
+    write_test("themis-mixed", frames, cmds, 8, "lbpipe trace themis-s-wire --param n_paths=8 --seed 1 -n 300")
+    cmds, frames = pcap_trace(2, 120, n_paths=256, depth=256)
+    write_test("themis-n256", frames, cmds, 256, "lbpipe trace themis-s-wire --seed 2 -n 120 (N = 256)")
+    write_test("themis-edge", edge_frames(), edge_ctl(), 3, "hand-picked frames, N = 3 (make_tests.py)")
+
+
+if __name__ == "__main__":
+    main()
