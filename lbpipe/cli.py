@@ -343,7 +343,7 @@ def _level_verdict(levels):
 
 
 def cmd_replay(args):
-    from .engine import replay_pcap, run_golden, run_rtl
+    from .engine import replay_pcap, run_fast, run_golden, run_rtl
     from .trace import read_events, write_events
     block = get_block(args.block)
     params = _params_for(block, args)
@@ -359,13 +359,21 @@ def cmd_replay(args):
         ctl = read_events(args.ctl, allow_empty=True) if args.ctl else []
         actions = read_events(args.actions, kinds=("act",)) if args.actions else None
         progress = Progress(1)
+        stats = {}
         with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
-            count = replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine, idle=args.idle,
-                                backpressure=args.backpressure, seed=args.seed, actions=actions)
+            if args.engine == "bmv2":
+                count = _replay_bmv2(block, params, args.trace, args.output, ctl)
+            else:
+                count = replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine, idle=args.idle,
+                                    backpressure=args.backpressure, seed=args.seed, actions=actions, stats=stats)
         progress.say(f"{count} frames written to {args.output}")
+        if stats:
+            progress.say(_fast_summary(stats))
         return 0
     if args.ctl or args.actions:
         raise ValueError("--ctl and --actions are for packet stages; a metadata trace carries its commands")
+    if args.engine == "bmv2":
+        raise ValueError("--engine bmv2 runs packet pipelines' P4 programs (themis-s-wire), not metadata blocks")
     events = read_events(args.trace)
     if args.output:
         _output_file(args.output)
@@ -374,6 +382,9 @@ def cmd_replay(args):
     with progress.step(f"{block.name}: {len(events)} events through the {args.engine} engine"):
         if args.engine == "golden":
             outputs = run_golden(block, params, events)
+        elif args.engine == "fast":
+            outputs = run_fast(block, params, events, idle=args.idle, backpressure=args.backpressure,
+                               seed=args.seed, stats=stats)
         else:
             outputs = run_rtl(block, params, events, idle=args.idle, backpressure=args.backpressure,
                               seed=args.seed, compare=False, stats=stats)
@@ -384,10 +395,27 @@ def cmd_replay(args):
     else:
         for line in lines:
             print(json.dumps(line, sort_keys=True))
-    if stats:
+    if stats and args.engine == "fast":
+        progress.say(_fast_summary(stats))
+    elif stats:
         progress.say(f"rtl: {stats.get('cycles')} cycles, {stats.get('items_per_clock', 0):.3f} items per clock "
                      f"accepted")
     return 0
+
+
+def _replay_bmv2(block, params, trace, output, ctl):
+    """A packet stage's P4 program on bmv2 (lbpipe/p4.py): frames of ``trace`` out to ``output``."""
+    from . import p4
+    from .trace import read_pcap, write_pcap
+    frames = read_pcap(trace)
+    out = p4.replay(block.name, params, frames, [event["ctl"] for event in ctl])
+    write_pcap(output, out)
+    return len(out)
+
+
+def _fast_summary(stats):
+    return (f"fast: {stats['cycles']} cycles in {stats['seconds']:.3f} s, {stats['cycles_per_second']:,.0f} cycles "
+            f"per second ({stats['cpu_seconds']:.3f} s of CPU)")
 
 
 def cmd_bench(args):
@@ -408,7 +436,7 @@ def cmd_bench(args):
         progress.say(f"no benchmarks for {', '.join(b.name for b in blocks if b not in benched)}: skipped")
     for block in benched:
         with progress.step(f"{block.name}: RTL throughput scenarios"):
-            results += run_bench(block.name, overrides[block.name])
+            results += run_bench(block.name, overrides[block.name], speed=args.speed)
     text = format_bench(results)
     print(text)
     if args.output:
@@ -481,6 +509,31 @@ def _topology_params(pairs):
             except ValueError:
                 raise ValueError(f"--param {name} takes a number, not {text!r}") from None
     return out
+
+
+def cmd_p4(args):
+    """``lbpipe p4 test NAME``: a P4 program on bmv2 against the golden model's frames (p4/README.md)."""
+    from . import p4
+    test = p4.load_test(args.name)
+    progress = Progress(1)
+    with progress.step(f"p4 test {args.name}: {test['program'].name} on bmv2, {len(test['frames'])} frames"):
+        test, out = p4.run_test(args.name)
+    if args.output:
+        from .trace import write_pcap
+        write_pcap(_output_file(args.output), out)
+    wrong = [i for i, (a, b) in enumerate(zip(out, test["expected"])) if a != b]
+    if len(out) != len(test["expected"]) or wrong:
+        raise RuntimeError(f"bmv2 sent {len(out)} frames, the golden model {len(test['expected'])}; "
+                           f"{len(wrong)} differ" + (f", first #{wrong[0]}" if wrong else ""))
+    print(f"{args.name}: {len(out)} frames, byte for byte the golden model's")
+    return 0
+
+
+def cmd_prove(args):
+    """Formal proofs of lbpipe.formal (lbpipe/prove.py; docs/formal.md)."""
+    from .prove import main_prove, select
+    selected = select(args.block, deep=args.deep)
+    return main_prove(args.block, depth=args.depth, deep=args.deep, progress=Progress(len(selected)))
 
 
 def cmd_build(args):
@@ -590,7 +643,15 @@ def _parser():
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")
     add_common(p)
     p.add_argument("-o", "--output", help="also write bench.md and bench.json here")
+    p.add_argument("--speed", action="store_true", help="packet pipelines: also simulation cycles per second of the "
+                                                         "cocotb and fast engines (builds with Verilator)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("prove", help="run the formal proofs (SymbiYosys): BMC and k-induction, docs/formal.md")
+    p.add_argument("block", help="a block with proofs (lib-ring, themis-s, ...) or 'all'")
+    p.add_argument("--depth", type=int, help="override every selected proof's depth (BMC cycles, induction k)")
+    p.add_argument("--deep", action="store_true", help="include the deep proofs (the regression profile's)")
+    p.set_defaults(func=cmd_prove)
 
     p = sub.add_parser("trace", help="write a seeded random trace for a block (input for replay)")
     add_common(p, allow_all=False)
@@ -606,11 +667,13 @@ def _parser():
     p.add_argument("trace", help="input: a JSON Lines trace (metadata blocks) or a pcap file (packet pipelines)")
     p.add_argument("--ctl", help="packet pipelines: JSON Lines of control commands applied before the frames")
     p.add_argument("--actions", help="laps-editor: JSON Lines of per-frame actions, {\"act\": {...}}, one per frame")
-    p.add_argument("--engine", choices=("golden", "rtl"), default="golden")
+    p.add_argument("--engine", choices=("golden", "rtl", "fast", "bmv2"), default="golden",
+                   help="golden model, RTL under cocotb (LBPIPE_SIM), RTL under Verilator with no Python per cycle, "
+                        "or the block's P4 program on bmv2 (p4/README.md)")
     p.add_argument("-o", "--output", help="output JSONL (default: standard output), or pcap for packet pipelines")
-    p.add_argument("--idle", type=float, default=0.0, help="rtl: probability of an idle input cycle")
-    p.add_argument("--backpressure", type=float, default=0.0, help="rtl: probability of output back-pressure")
-    p.add_argument("--seed", type=int, default=1, help="rtl: seed of the idle/back-pressure generators")
+    p.add_argument("--idle", type=float, default=0.0, help="rtl, fast: probability of an idle input cycle")
+    p.add_argument("--backpressure", type=float, default=0.0, help="rtl, fast: probability of output back-pressure")
+    p.add_argument("--seed", type=int, default=1, help="rtl, fast: seed of the idle/back-pressure generators")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("build", help="write an OpenNIC-shell plugin and Vivado Tcl for a pipeline (no Vivado run)")
@@ -623,6 +686,13 @@ def _parser():
                    help="override a pipeline parameter (repeatable)")
     p.add_argument("-o", "--output", required=True, help="output directory")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("p4", help="P4 programs (p4/) on bmv2: `p4 test NAME` runs p4/sim/test-NAME against the "
+                                  "golden model's output")
+    p.add_argument("action", choices=("test",))
+    p.add_argument("name", help="test name, e.g. themis-edge (p4/sim/test-NAME)")
+    p.add_argument("-o", "--output", help="also write bmv2's output frames (pcap)")
+    p.set_defaults(func=cmd_p4)
 
     p = sub.add_parser("paths", help="LAPS control plane: a host's candidate paths, PST and PIT (print or write)")
     p.add_argument("--topology", required=True, help="dragonfly, rail, fat-tree, leaf-spine, or a topology file "
