@@ -220,6 +220,8 @@ def scale_plot(sweeps, path):
         ax.set_yscale(yscale)
         ax.set_xlabel("table entries")
         ax.set_title(label)
+    axes[2].set_ylim(0, 8)
+    axes[2].set_yticks(range(0, 9))
     axes[2].axhline(6, color="grey", linestyle="--", linewidth=1)
     axes[2].text(1024, 6.1, "250 MHz budget", color="grey", fontsize=8)
     axes[0].legend(fontsize=7)
