@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
+from lbpipe.hdl.lib.stage import RegisterBanks
 
 __all__ = ["Aimd", "AimdItem", "AimdResult", "check_parameters", "VARIANTS", "INFINITY", "TABLE_CREATE",
            "TABLE_REMOVE", "TABLE_LINE_RATE", "TABLE_MIN_RATE", "N_STATS", "HOLDOFF", "ACTION_NONE", "ACTION_INC",
@@ -108,27 +109,6 @@ def _deadline_bits():
     return 2 * TIME_BITS
 
 
-class _Pipe:
-    """Register banks B0..B6 of the pipeline, all moved by one ``adv``. :meth:`put` loads a field into bank ``at``
-    from an expression over bank ``at - 1`` (or the input) and carries it on through ``until``."""
-
-    def __init__(self, m, adv):
-        self.m, self.adv = m, adv
-        self.banks = [dict() for _ in range(DECIDE + 1)]
-
-    def put(self, name, at, value, shape, until=DECIDE):
-        for n in range(at, until + 1):
-            sig = Signal(shape, name=f"b{n}_{name}")
-            src = value if n == at else self.banks[n - 1][name]
-            with self.m.If(self.adv):
-                self.m.d.sync += sig.eq(src)
-            self.banks[n][name] = sig
-        return self.banks[at][name]
-
-    def __getitem__(self, at):
-        return self.banks[at]
-
-
 class Aimd(wiring.Component):
     """Per-flow AIMD rate controller.
 
@@ -188,7 +168,7 @@ class Aimd(wiring.Component):
         drd, dwr = dmem.read_port(), dmem.write_port(granularity=TIME_BITS)
         self._drd = drd
         adv = Signal()
-        pipe = _Pipe(m, adv)
+        pipe = RegisterBanks(m, adv, DECIDE)
         lim = self._limits(m)
         self._accept(m, pipe, adv, lim, rd)
         self._trees(pipe)

@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
+from lbpipe.hdl.lib.stage import RegisterBanks
 
 __all__ = ["Loss", "LossItem", "LossResult", "check_parameters", "N_STATS", "POS_BITS", "SEQ_BITS", "PID_BITS",
            "ACK_NONE", "ACK_MATCHED", "ACK_STALE", "ACK_UNKNOWN", "ACK_BAD_PID", "SEND_NONE", "SEND_RECORDED",
@@ -95,27 +96,6 @@ def LossResult(*, depth=16, flow_bits=16):
         fields.update({f"lost{j}_flow": flow_bits, f"lost{j}_seq": SEQ_BITS})
     fields.update({"evict": 1, "evict_pid": PID_BITS, "evict_flow": flow_bits, "evict_seq": SEQ_BITS})
     return data.StructLayout(fields)
-
-
-class _Pipe:
-    """Register banks b0 .. b12, all moved by one ``adv``; :meth:`put` loads a field into bank ``at`` and carries it
-    on through ``until``."""
-
-    def __init__(self, m, adv):
-        self.m, self.adv = m, adv
-        self.banks = [dict() for _ in range(LAST + 1)]
-
-    def put(self, name, at, value, shape, until=LAST):
-        for n in range(at, until + 1):
-            sig = Signal(shape, name=f"b{n}_{name}")
-            src = value if n == at else self.banks[n - 1][name]
-            with self.m.If(self.adv):
-                self.m.d.sync += sig.eq(src)
-            self.banks[n][name] = sig
-        return self.banks[at][name]
-
-    def __getitem__(self, at):
-        return self.banks[at]
 
 
 def _sign(x):
@@ -181,7 +161,7 @@ class Loss(wiring.Component):
         adv = Signal()
         self._sweep = Signal(init=1, name="sweeping")
         self._sweep_addr = Signal(self._pb, name="sweep_addr")
-        pipe = _Pipe(m, adv)
+        pipe = RegisterBanks(m, adv, LAST)
         self._accept(m, pipe, adv)
         self._tail_rmw(m, pipe, adv)
         self._compare(pipe)

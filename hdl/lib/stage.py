@@ -1,9 +1,9 @@
-"""Small pipeline pieces the wire pipelines share: a skid register between two stages, and a 32-bit statistics
-counter short enough for the logic-level budget."""
+"""Small pipeline pieces the blocks share: a skid register between two stages, a 32-bit statistics counter short
+enough for the logic-level budget, and the register banks of a pipeline that moves as one."""
 
 from amaranth import Cat, Mux, Signal
 
-__all__ = ["skid", "counter32"]
+__all__ = ["skid", "counter32", "RegisterBanks"]
 
 
 def skid(m, name, valid, payload, ready, sink):
@@ -29,3 +29,25 @@ def counter32(m, name, inc):
     inc_r = Signal(name=f"{name}_inc")
     m.d.sync += [inc_r.eq(inc), Cat(lo, carry).eq(lo + inc_r), hi.eq(hi + carry)]
     return Cat(lo, hi)
+
+
+class RegisterBanks:
+    """Register banks ``b0`` .. ``b<last>`` of a pipeline whose stages all move on one ``adv``. :meth:`put` loads a
+    field into bank ``at`` (from an expression over bank ``at - 1`` or the input) and carries it on, unchanged,
+    through bank ``until`` (default the last); ``banks[n][name]`` is the field's register in bank ``n``."""
+
+    def __init__(self, m, adv, last):
+        self.m, self.adv, self.last = m, adv, last
+        self.banks = [dict() for _ in range(last + 1)]
+
+    def put(self, name, at, value, shape, until=None):
+        for n in range(at, (self.last if until is None else until) + 1):
+            sig = Signal(shape, name=f"b{n}_{name}")
+            src = value if n == at else self.banks[n - 1][name]
+            with self.m.If(self.adv):
+                self.m.d.sync += sig.eq(src)
+            self.banks[n][name] = sig
+        return self.banks[at][name]
+
+    def __getitem__(self, at):
+        return self.banks[at]
