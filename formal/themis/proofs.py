@@ -2,9 +2,7 @@
 
 from lbpipe.hdl.themis.themis_s import ThemisS
 
-from lbpipe.formal.lib.harness import Proof
-from lbpipe.formal.lib.reset import ResetEmpty
-from lbpipe.formal.lib.stream import StreamContract, ValidIndependence
+from lbpipe.formal.lib.standard import metadata_block_proofs
 
 __all__ = ["PROOFS"]
 
@@ -13,18 +11,7 @@ def _themis_s():
     return ThemisS(n_paths=3, mode="sport", hash_bits=4)
 
 
-PROOFS = [
-    Proof("themis-s", "stream contract (n_paths=3)",
-          lambda: StreamContract(_themis_s, capacity=ThemisS.latency, stall_bound=ThemisS.latency), depth=16),
-    Proof("themis-s", "valid independent of ready (n_paths=3)",
-          lambda: ValidIndependence(_themis_s), depth=8),
-]
-
-PROOFS.append(
-    # docs/themis.md: stats clear on reset; the input is ready whenever the output is (no sweep).
-    Proof("themis-s", "reset empties the pipeline, clears stats (n_paths=3)",
-          lambda: ResetEmpty(_themis_s, stats_cleared=True, ready_within=0), method="prove",
-          depth=ThemisS.latency + 2, cover_depth=ThemisS.latency + 4))
-
-PROOFS.append(
-    Proof("themis-s", "stream contract (n_paths=3), deep", PROOFS[0].build, depth=20, deep=True))
+# docs/themis.md: stats clear on reset; the input is ready whenever the output is (no sweep).
+PROOFS = metadata_block_proofs(
+    "themis-s", "n_paths=3", _themis_s, ThemisS.latency, contract_depth=16, valid_depth=8, stats_cleared=True,
+    ready_within=0)
