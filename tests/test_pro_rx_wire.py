@@ -174,29 +174,9 @@ def test_rx_golden_passes_and_counts():
     assert stats[13] == 4 and stats[9] == 1 and stats[5] == 1 and stats[0:3] == [0, 2, 2]
 
 
-def test_rx_scenario_properties_hold_on_the_golden_model():
-    """The scenario's construction (losses, retransmission of what is NACKed, timeouts at the end) and the golden
-    model agree on a few seeds: every loss NACKed once, nothing else."""
-    for seed in range(6):
-        cmds, events, truth = loss_scenario(seed, RX_SMALL)
-        model = ProRxWireModel(**RX_SMALL)
-        for c in cmds:
-            model.control(c)
-        frames, naks = [], []
-        for kind, value in events:
-            if kind == "frame":
-                frames.append(value)
-                naks += model.receive(value)[1]
-            else:
-                naks += model.timeout(value)
-        assert check_against_truth(RX_SMALL, truth, frames, frames, naks) == []
-        assert truth_counters(truth, model.stats()) == []
-
-
-def test_rx_truth_checker_fails_on_bad_naks():
-    """The independent checker fails on a NAK for a PSN that arrived, a NAK sent twice, a missing NAK, a changed
-    host frame."""
-    cmds, events, truth = loss_scenario(1, RX_SMALL)
+def _golden_scenario(seed):
+    """The loss scenario of ``seed`` through the golden model: (model, truth, frames it passed, NAK frames)."""
+    cmds, events, truth = loss_scenario(seed, RX_SMALL)
     model = ProRxWireModel(**RX_SMALL)
     for c in cmds:
         model.control(c)
@@ -207,6 +187,22 @@ def test_rx_truth_checker_fails_on_bad_naks():
             naks += model.receive(value)[1]
         else:
             naks += model.timeout(value)
+    return model, truth, frames, naks
+
+
+def test_rx_scenario_properties_hold_on_the_golden_model():
+    """The scenario's construction (losses, retransmission of what is NACKed, timeouts at the end) and the golden
+    model agree on a few seeds: every loss NACKed once, nothing else."""
+    for seed in range(6):
+        model, truth, frames, naks = _golden_scenario(seed)
+        assert check_against_truth(RX_SMALL, truth, frames, frames, naks) == []
+        assert truth_counters(truth, model.stats()) == []
+
+
+def test_rx_truth_checker_fails_on_bad_naks():
+    """The independent checker fails on a NAK for a PSN that arrived, a NAK sent twice, a missing NAK, a changed
+    host frame."""
+    _, truth, frames, naks = _golden_scenario(1)
     assert check_against_truth(RX_SMALL, truth, frames, frames, naks) == []
     arrived = bytearray(naks[0])
     arrived[53] ^= 1                      # another PSN (and ICRC now wrong)

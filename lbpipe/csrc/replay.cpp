@@ -85,13 +85,18 @@ struct Pauses {
     }
 };
 
+// A file opened with a 1 MiB buffer of its own (one reader and one writer per run).
+template <int Which> FILE* open_buffered(const char* path, const char* mode, const char* failure) {
+    FILE* f = std::fopen(path, mode);
+    if (!f) fail(failure);
+    static char buffer[1 << 20];
+    std::setvbuf(f, buffer, _IOFBF, sizeof buffer);
+    return f;
+}
+
 struct Reader {
     FILE* f;
-    explicit Reader(const char* path) : f(std::fopen(path, "rb")) {
-        if (!f) fail("cannot open the input file");
-        static char buffer[1 << 20];
-        std::setvbuf(f, buffer, _IOFBF, sizeof buffer);
-    }
+    explicit Reader(const char* path) : f(open_buffered<0>(path, "rb", "cannot open the input file")) {}
     bool read(void* dst, size_t n) { return n == 0 || std::fread(dst, 1, n, f) == n; }
     template <typename T> T get() {
         T v;
@@ -102,11 +107,7 @@ struct Reader {
 
 struct Writer {
     FILE* f;
-    explicit Writer(const char* path) : f(std::fopen(path, "wb")) {
-        if (!f) fail("cannot open the output file");
-        static char buffer[1 << 20];
-        std::setvbuf(f, buffer, _IOFBF, sizeof buffer);
-    }
+    explicit Writer(const char* path) : f(open_buffered<1>(path, "wb", "cannot open the output file")) {}
     void write(const void* src, size_t n) {
         if (n && std::fwrite(src, 1, n, f) != n) fail("cannot write the output file");
     }
