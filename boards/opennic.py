@@ -1,4 +1,4 @@
-"""OpenNIC shell user box: an lbpipe packet pipeline in the shell's 250 MHz box, the other direction passed through.
+"""OpenNIC shell user box: an lbpipe packet pipeline in the shell's 250 MHz box, the other traffic passed through.
 
 The shell (github.com/Xilinx/open-nic-shell) instantiates two user boxes, ``box_250mhz`` and ``box_322mhz``, whose
 module headers live in the shell (``src/box_XXXmhz/box_XXXmhz.sv``) and whose contents come from a user plugin
@@ -20,11 +20,22 @@ user sources). This module generates:
 
 Choices (docs/nic_build.md says them to users):
 
-* **Direction.** The sender-side pipelines (``themis-s-wire``, ``pro-tx-wire``) rewrite frames the host sends:
-  they sit between the QDMA's H2C stream and the CMAC adapter's TX stream. ``rx`` puts a pipeline between the
-  adapter's RX stream and the QDMA's C2H stream. The other direction passes through as wires.
-* **tuser.** The pipelines keep frames one to one and their size, so each frame's ``tuser_size`` and
-  ``tuser_src`` are taken at its first beat into a side FIFO and given back on its beats out; ``tuser_dst`` is set
+* **Direction** (:data:`PLACEMENT`). The sender-side pipelines (``themis-s-wire``, ``pro-tx-wire``,
+  ``laps-tx-wire``) rewrite frames the host sends: QDMA H2C -> pipeline -> CMAC TX. The receivers
+  (``laps-rx-wire``, ``pro-rx-wire``): CMAC RX -> pipeline -> QDMA C2H, and the frames they make for the network
+  (``m_ack``, ``m_axis_nak``) merged with the host's H2C frames, a whole frame at a time (:class:`FrameMerge`),
+  into CMAC TX. ``themis-d-wire`` takes both directions of the port on one stream: RX and H2C are merged into it,
+  each frame tagged on ``tuser`` bit 0 (:data:`TAG_FROM_HOST`), and each output beat steered by that bit (the
+  pipeline carries ``tuser`` bit for bit; a compensation NACK carries the tag of the NACK it repeats): by tag, not
+  by frame type, since a host sends and receives both data and ACKs/NACKs on the port. Otherwise the other
+  direction passes through as wires. Other input streams (``upd`` of laps-tx-wire, ``tmo`` of pro-rx-wire) are
+  tied idle, other output streams (``upd``, ``loss`` of laps-rx-wire) taken and dropped, ``now`` a nanosecond
+  counter (4 a cycle) from reset.
+* **tuser.** Pipelines that keep frames one to one and their size (:data:`KEEPS_FRAMES`) have each frame's
+  ``tuser_size`` and ``tuser_src`` taken at its first beat into a side FIFO and given back on its beats out. For
+  the others the length is counted on the way out, as each side of the shell reads it: towards CMAC TX the adapter
+  reads ``tuser_size`` on the last beat only (:class:`TxSizer`: bytes so far, one register stage); towards C2H the
+  QDMA takes it as the frame's length on every beat (:class:`C2hSizer`: store-and-forward). ``tuser_dst`` is set
   as the shell's p2p plugin sets it (``1 << 6`` for CMAC port 0 on TX, ``1`` for PCIe function 0 on C2H). The
   pipeline's own ``tuser`` bit (a frame sent bad, cut-through) has no field on the 250 MHz interface; such frames
   are counted in the pipeline's STATUS words.
@@ -40,25 +51,36 @@ Choices (docs/nic_build.md says them to users):
   unused reset pairs.
 """
 
-from amaranth import ClockDomain, ClockSignal, DomainRenamer, Elaboratable, Module, Shape, Signal
-from amaranth.lib import data, fifo
+from amaranth import Cat, ClockDomain, ClockSignal, DomainRenamer, Elaboratable, Module, Mux, Shape, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.lib.axil import ControlBridge
+from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.fifo import StreamFIFO
 
-__all__ = ["Box250", "DIRECTIONS", "PLACEMENT", "BOX_250MHZ_PARAMS", "box_250mhz_ports", "box_250mhz_verilog",
+__all__ = ["Box250", "DIRECTIONS", "PLACEMENT", "KEEPS_FRAMES", "NET_OUTPUTS", "FrameMerge", "TxSizer", "C2hSizer",
+           "TAG_FROM_HOST", "BOX_250MHZ_PARAMS", "box_250mhz_ports", "box_250mhz_verilog",
            "plugin_files", "register_map", "MODULE", "TUSER_DST_CMAC0", "TUSER_DST_PF0"]
 
 #: Module name of the generated user logic.
 MODULE = "lbpipe_box_250mhz"
 
-DIRECTIONS = ("tx", "rx")
+DIRECTIONS = ("tx", "rx", "both")
 
-#: Where each shell-ready pipeline goes: tx = QDMA H2C -> pipeline -> CMAC TX; rx = CMAC RX -> pipeline -> QDMA C2H.
-#: themis-d-wire takes both directions of a port on one stream (data towards the NIC, the NIC's NACKs from it)
-#: and adds and drops frames; its box (a merge of RX and H2C, a split of its output) is not built yet.
-PLACEMENT = {"themis-s-wire": "tx", "pro-tx-wire": "tx"}
+#: Where each shell-ready pipeline goes: tx = QDMA H2C -> pipeline -> CMAC TX; rx = CMAC RX -> pipeline -> QDMA C2H;
+#: both = the port's two directions merged into the pipeline, its output steered back by a per-frame tag
+#: (themis-d-wire, docs/nic_build.md).
+PLACEMENT = {"themis-s-wire": "tx", "pro-tx-wire": "tx", "laps-tx-wire": "tx", "laps-rx-wire": "rx",
+             "pro-rx-wire": "rx", "themis-d-wire": "both"}
+
+#: Pipelines that keep frames one to one and keep their length: each frame's tuser rides a side FIFO beside them.
+#: The others' frames get their tuser_size computed on the way out (:class:`TxSizer`, :class:`C2hSizer`).
+KEEPS_FRAMES = ("themis-s-wire", "pro-tx-wire", "pro-rx-wire")
+
+#: The pipeline outputs that carry frames the pipeline makes towards the network (merged into CMAC TX).
+NET_OUTPUTS = ("m_ack", "m_axis_nak")
 
 #: ``tuser_dst`` of frames the box sends: CMAC port 0 (bit 6 up: MAC ports), PCIe function 0 (bits 3:0).
 TUSER_DST_CMAC0 = 1 << 6
@@ -80,6 +102,162 @@ _AXIS = (("tvalid", 1), ("tdata", 512), ("tkeep", 64), ("tlast", 1), ("tuser_siz
 #: The four streams: name, True when the box receives it.
 _STREAMS = (("s_axis_qdma_h2c", True), ("m_axis_qdma_c2h", False), ("m_axis_adap_tx_250mhz", False),
             ("s_axis_adap_rx_250mhz", True))
+
+
+#: themis-d-wire's box: ``tuser`` bit 0 of a frame taken from the host (QDMA H2C); 0 for one from the network.
+TAG_FROM_HOST = 1
+
+#: Beats a :class:`C2hSizer` holds: a frame up to this many beats (4,096 bytes, the shell's MAX_PKT_LEN is 1,518)
+#: leaves whole; a longer one is cut to this many beats.
+C2H_DEPTH = 64
+
+_AXIS512 = AXI4StreamSignature(data_width=512, user_width=1)
+
+
+def _beat_bytes(keep):
+    """``(low, full)``: the bytes of a beat modulo 64 and whether it has all 64, for a ``tkeep`` that is a run of
+    ones from bit 0 (the AXI4-Stream convention of lbpipe and of the shell: every beat but a frame's last is full).
+    The run's end is found by a one-hot (``keep[i] & ~keep[i+1]``) and encoded by OR trees: three logic levels,
+    where an adder tree over the 64 bits and the add after it took ten (Yosys, xcup)."""
+    n = len(keep)
+    ends = [keep[i] & ~keep[i + 1] for i in range(n - 1)]
+    bits = []
+    for b in range(6):
+        terms = [ends[i] for i in range(n - 1) if ((i + 1) >> b) & 1]
+        bit = terms[0]
+        for t in terms[1:]:
+            bit = bit | t
+        bits.append(bit)
+    return Cat(*bits), keep[n - 1]
+
+
+class FrameMerge(wiring.Component):
+    """Two AXI4-Streams into one, a whole frame at a time, round robin between frames.
+
+    When no frame is under way, the input that was not served last wins if both offer a beat, otherwise the one
+    that offers; the grant then holds until that frame's ``tlast`` passes, so frames are never interleaved. The
+    choice is combinational (no register on the path): a beat leaves in the cycle it is offered, one beat per
+    clock with no gap between frames, and a frame waits at most one frame of the other input.
+
+    Members
+    -------
+    a, b : In(AXI4StreamSignature(512, 1))
+    o : Out(AXI4StreamSignature(512, 1))
+    """
+
+    def __init__(self):
+        super().__init__({"a": In(_AXIS512), "b": In(_AXIS512), "o": Out(_AXIS512)})
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, o = self.a, self.b, self.o
+        busy = Signal()
+        held = Signal()          # the input granted for the frame under way (0 = a)
+        last = Signal()          # the input that sent the last whole frame
+        pick = Signal()
+        m.d.comb += pick.eq(Mux(busy, held, Mux(last, ~a.tvalid, b.tvalid)))
+        for member in ("tvalid", "tdata", "tkeep", "tlast", "tuser"):
+            m.d.comb += getattr(o, member).eq(Mux(pick, getattr(b, member), getattr(a, member)))
+        m.d.comb += [a.tready.eq(o.tready & ~pick), b.tready.eq(o.tready & pick)]
+        with m.If(o.tvalid & o.tready):
+            m.d.sync += [busy.eq(~o.tlast), held.eq(pick)]
+            with m.If(o.tlast):
+                m.d.sync += last.eq(pick)
+        return m
+
+
+class TxSizer(wiring.Component):
+    """A register stage that gives each beat the frame's bytes so far, for the CMAC adapter's ``tuser_size``.
+
+    The shell's TX adapter reads ``tuser_size`` on a frame's last beat only (its low 6 bits, when not 0, replace
+    that beat's ``tkeep``; the whole value is its byte counter), so the count of bytes up to and including the beat,
+    exact on the last beat, is all it needs; the frame streams through (one cycle, one beat per clock).
+
+    Members
+    -------
+    i : In(AXI4StreamSignature(512, 1))
+    o : Out(AXI4StreamSignature(512, 1))
+    size : Out(16)
+        With ``o``: bytes of ``o``'s frame up to and including the offered beat.
+    """
+
+    def __init__(self):
+        super().__init__({"i": In(_AXIS512), "o": Out(_AXIS512), "size": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        beats = Signal(10)          # full beats of the frame before this one
+        low, full = _beat_bytes(i.tkeep)
+        m.d.comb += i.tready.eq(~o.tvalid | o.tready)
+        with m.If(i.tvalid & i.tready):
+            m.d.sync += [o.tvalid.eq(1), o.tdata.eq(i.tdata), o.tkeep.eq(i.tkeep), o.tlast.eq(i.tlast),
+                         o.tuser.eq(i.tuser), self.size.eq(Cat(low, beats + full)),
+                         beats.eq(Mux(i.tlast, 0, beats + 1))]
+        with m.Elif(o.tready):
+            m.d.sync += o.tvalid.eq(0)
+        return m
+
+
+class C2hSizer(wiring.Component):
+    """Store-and-forward: each frame leaves with its exact length, for the QDMA's ``tuser_size`` from its first beat.
+
+    The shell's C2H path takes ``tuser_size`` as the packet length of every beat (the QDMA's ``ctrl_len``) and the
+    last beat's empty bytes from its low 6 bits (it ignores ``tkeep``), so a frame whose length the pipeline changed
+    must be counted whole before its first beat leaves. Beats wait in a ``depth``-beat FIFO, the length of each
+    frame in a FIFO of its own written with the frame's last beat; a frame is offered once its length is there.
+    A frame longer than ``depth`` beats could never be counted whole: its ``depth``-th beat is written as its last
+    (the frame leaves cut to ``depth`` beats, with that length) and the rest is discarded (counted in ``cut``).
+
+    Members
+    -------
+    i : In(AXI4StreamSignature(512, 1))
+    o : Out(AXI4StreamSignature(512, 1))
+    size : Out(16)
+        With ``o``: the length in bytes of ``o``'s frame, on every beat.
+    cut : Out(32)
+        Frames cut.
+    """
+
+    def __init__(self, *, depth=C2H_DEPTH):
+        if not isinstance(depth, int) or depth < 2:
+            raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
+        self._depth = depth
+        super().__init__({"i": In(_AXIS512), "o": Out(_AXIS512), "size": Out(16), "cut": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        beat = data.StructLayout({"data": 512, "keep": 64, "last": 1, "user": 1})
+        m.submodules.beats = beats = StreamFIFO(shape=beat, depth=self._depth)
+        m.submodules.sizes = sizes = StreamFIFO(shape=16, depth=self._depth)
+        count = Signal(range(self._depth))     # beats of the frame before this one
+        discard = Signal()
+        ends = Signal()
+        low, full = _beat_bytes(i.tkeep)
+        m.d.comb += [
+            ends.eq(i.tlast | (count == self._depth - 1)),
+            i.tready.eq(discard | (beats.i.ready & sizes.i.ready)),
+            beats.i.valid.eq(i.tvalid & ~discard & sizes.i.ready),
+            beats.i.payload.data.eq(i.tdata), beats.i.payload.keep.eq(i.tkeep), beats.i.payload.last.eq(ends),
+            beats.i.payload.user.eq(i.tuser[0]),
+            sizes.i.valid.eq(i.tvalid & ~discard & beats.i.ready & ends),
+            sizes.i.payload.eq(Cat(low, count + full)),
+        ]
+        with m.If(beats.i.valid & beats.i.ready):
+            m.d.sync += count.eq(Mux(ends, 0, count + 1))
+            with m.If(ends & ~i.tlast):
+                m.d.sync += [discard.eq(1), self.cut.eq(self.cut + 1)]
+        with m.If(discard & i.tvalid & i.tlast):
+            m.d.sync += discard.eq(0)
+        head = beats.o.payload
+        m.d.comb += [
+            o.tvalid.eq(beats.o.valid & sizes.o.valid), o.tdata.eq(head.data), o.tkeep.eq(head.keep),
+            o.tlast.eq(head.last), o.tuser.eq(head.user), self.size.eq(sizes.o.payload),
+            beats.o.ready.eq(o.tready & sizes.o.valid),
+            sizes.o.ready.eq(o.tready & beats.o.valid & head.last),
+        ]
+        return m
 
 
 def box_250mhz_ports():
@@ -107,20 +285,33 @@ class Box250(Elaboratable):
     Parameters
     ----------
     block : wiring.Component
-        A pipeline with ``s_axis``/``m_axis`` (512-bit AXI4-Stream), ``ctl`` and optionally ``stats``.
+        A pipeline with ``s_axis``/``m_axis`` (512-bit AXI4-Stream), ``ctl`` and optionally ``stats``, frame
+        outputs towards the network (:data:`NET_OUTPUTS`), other input streams (tied idle), other output streams
+        (taken and dropped) and ``now`` (the box's nanosecond clock).
     direction : str
-        ``"tx"`` or ``"rx"``.
+        ``"tx"``, ``"rx"`` or ``"both"`` (the two directions merged into the pipeline, tagged on ``tuser`` bit 0).
+    keeps_frames : bool
+        The pipeline sends every frame it takes, one to one and at its length: its ``tuser_size``/``tuser_src`` ride
+        a side FIFO. Otherwise each frame's length is counted on its way out (:class:`TxSizer`, :class:`C2hSizer`).
     """
 
-    def __init__(self, block, *, direction="tx"):
+    def __init__(self, block, *, direction="tx", keeps_frames=True):
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
         members = _pipeline_ports(block)
         width = Shape.cast(members["s_axis"].signature.members["tdata"].shape).width
         if width != 512:
             raise ValueError(f"the shell's streams are 512 bits wide; the pipeline's are {width}")
+        self.net = [name for name in NET_OUTPUTS if name in members]
+        if self.net and direction != "rx":
+            raise ValueError(f"the pipeline's {self.net[0]} frames go to the network: it belongs in rx, "
+                             f"not {direction!r}")
+        if direction == "both" and keeps_frames:
+            raise ValueError("direction 'both' needs keeps_frames=False (frames are steered and counted on the "
+                             "way out)")
         self.block = block
         self.direction = direction
+        self.keeps_frames = keeps_frames
         self.n_status = Shape.cast(members["stats"].shape).width // 32 if "stats" in members else 0
         self.bridge = ControlBridge(addr_width=12, status_words=self.n_status)
         self.p = {name: Signal(width, name=name) for name, _, width in box_250mhz_ports()}
@@ -130,15 +321,102 @@ class Box250(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
+        m.submodules.block = self.block
         self._clocks_and_resets(m)
         self._control(m)
-        into, out = (("s_axis_qdma_h2c", "m_axis_adap_tx_250mhz") if self.direction == "tx"
-                     else ("s_axis_adap_rx_250mhz", "m_axis_qdma_c2h"))
-        by, to = (("s_axis_adap_rx_250mhz", "m_axis_qdma_c2h") if self.direction == "tx"
-                  else ("s_axis_qdma_h2c", "m_axis_adap_tx_250mhz"))
-        self._pipeline(m, into, out)
-        self._pass_through(m, by, to)
+        self._extras(m)
+        h2c, tx, rx, c2h = "s_axis_qdma_h2c", "m_axis_adap_tx_250mhz", "s_axis_adap_rx_250mhz", "m_axis_qdma_c2h"
+        if self.direction == "both":
+            self._both(m)
+            return m
+        into, out, by, to = (h2c, tx, rx, c2h) if self.direction == "tx" else (rx, c2h, h2c, tx)
+        if self.keeps_frames:
+            self._pipeline(m, into, out)
+        else:
+            self._drive_input(m, self.block.s_axis, into, tag=0)
+            self._sized_output(m, self.block.m_axis, out, "out")
+        if self.net:
+            self._net_merge(m)
+        else:
+            self._pass_through(m, by, to)
         return m
+
+    def _extras(self, m):
+        """Ports beyond the frame streams, ``ctl`` and ``stats``: other input streams never offer (``valid`` 0),
+        other output streams are always taken and dropped, ``now`` is the box's clock: nanoseconds since reset,
+        4 a cycle of the 250 MHz ``axis_aclk``."""
+        block = self.block
+        for name, member in block.signature.members.items():
+            if name in ("s_axis", "m_axis", "ctl", "stats", *self.net):
+                continue
+            port = getattr(block, name)
+            if member.is_signature and isinstance(member.signature, stream.Signature):
+                if member.flow == In:
+                    m.d.comb += port.valid.eq(0)
+                else:
+                    m.d.comb += port.ready.eq(1)
+            elif name == "now":
+                now = Signal(len(port))
+                m.d.sync += now.eq(now + 4)
+                m.d.comb += port.eq(now)
+            else:
+                raise TypeError(f"the box does not know what to connect to the pipeline's {name!r} port")
+
+    def _drive_input(self, m, s, into, *, tag):
+        """The box's input stream ``into`` onto AXI4-Stream ``s`` (``tuser`` = ``tag``)."""
+        p = self.p
+        m.d.comb += [s.tdata.eq(p[f"{into}_tdata"]), s.tkeep.eq(p[f"{into}_tkeep"]), s.tlast.eq(p[f"{into}_tlast"]),
+                     s.tuser.eq(tag), s.tvalid.eq(p[f"{into}_tvalid"]), p[f"{into}_tready"].eq(s.tready)]
+
+    def _sized_output(self, m, o, out, name, valid=None):
+        """AXI4-Stream ``o`` to the box's output ``out`` through the sizer that output needs (:class:`TxSizer`
+        towards the adapter, :class:`C2hSizer` towards the QDMA); returns the sizer. With ``valid`` (a steered
+        stream), ``o.tready`` is left to the caller."""
+        p = self.p
+        sizer = TxSizer() if out == "m_axis_adap_tx_250mhz" else C2hSizer()
+        m.submodules[f"{name}_sizer"] = sizer
+        self._join(m, o, sizer.i, valid=valid)
+        so = sizer.o
+        src = TUSER_DST_PF0 if out == "m_axis_adap_tx_250mhz" else TUSER_DST_CMAC0
+        m.d.comb += [
+            p[f"{out}_tdata"].eq(so.tdata), p[f"{out}_tkeep"].eq(so.tkeep), p[f"{out}_tlast"].eq(so.tlast),
+            p[f"{out}_tvalid"].eq(so.tvalid), so.tready.eq(p[f"{out}_tready"]),
+            p[f"{out}_tuser_size"].eq(sizer.size), p[f"{out}_tuser_src"].eq(src),
+            p[f"{out}_tuser_dst"].eq(self._dst(out)),
+        ]
+        return sizer
+
+    @staticmethod
+    def _join(m, o, s, valid=None):
+        """Source ``o`` into sink ``s`` (both AXI4-Stream); with ``valid``, ``s.tvalid`` is that and ``o.tready`` is
+        not driven here."""
+        m.d.comb += [s.tdata.eq(o.tdata), s.tkeep.eq(o.tkeep), s.tlast.eq(o.tlast), s.tuser.eq(o.tuser),
+                     s.tvalid.eq(o.tvalid if valid is None else valid)]
+        if valid is None:
+            m.d.comb += o.tready.eq(s.tready)
+
+    def _net_merge(self, m):
+        """The host's frames (H2C) and the pipeline's frames towards the network merged a frame at a time
+        (:class:`FrameMerge`) into the adapter's TX, through a :class:`TxSizer`."""
+        m.submodules.net_merge = merge = FrameMerge()
+        self._drive_input(m, merge.a, "s_axis_qdma_h2c", tag=0)
+        self._join(m, getattr(self.block, self.net[0]), merge.b)
+        self._sized_output(m, merge.o, "m_axis_adap_tx_250mhz", "net")
+
+    def _both(self, m):
+        """Both directions of the port into the pipeline, each frame tagged on ``tuser`` bit 0 (1 from the host,
+        0 from the network); the pipeline's output steered by that bit, beat by beat (a frame's beats all carry its
+        tag): 1 to the adapter's TX, 0 to the QDMA's C2H."""
+        block = self.block
+        m.submodules.merge = merge = FrameMerge()
+        self._drive_input(m, merge.a, "s_axis_adap_rx_250mhz", tag=0)
+        self._drive_input(m, merge.b, "s_axis_qdma_h2c", tag=TAG_FROM_HOST)
+        self._join(m, merge.o, block.s_axis)
+        o = block.m_axis
+        to_net = o.tuser[0] == TAG_FROM_HOST
+        net = self._sized_output(m, o, "m_axis_adap_tx_250mhz", "net", valid=o.tvalid & to_net)
+        host = self._sized_output(m, o, "m_axis_qdma_c2h", "host", valid=o.tvalid & ~to_net)
+        m.d.comb += o.tready.eq(Mux(to_net, net.i.tready, host.i.tready))
 
     def _dst(self, out):
         return TUSER_DST_CMAC0 if out == "m_axis_adap_tx_250mhz" else TUSER_DST_PF0
@@ -188,7 +466,6 @@ class Box250(Elaboratable):
         """``into`` -> pipeline -> ``out``; each frame's ``tuser_size``/``tuser_src`` wait in a side FIFO from its
         first beat in to its last beat out."""
         p, block = self.p, self.block
-        m.submodules.block = block
         side_layout = data.StructLayout({"size": 16, "src": 16})
         m.submodules.side = side = StreamFIFO(shape=side_layout, depth=SIDE_DEPTH)
         first = Signal(init=1)

@@ -2,7 +2,8 @@
 
 The output directory (docs/nic_build.md walks through it):
 
-* ``src/lbpipe_box_250mhz.v``: the box's user logic (:class:`lbpipe.boards.opennic.Box250`, Amaranth-generated);
+* ``src/lbpipe_box_250mhz.v``: the box's user logic (:class:`lbpipe.boards.opennic.Box250`, Amaranth-generated),
+  the pipeline in its placement (``PLACEMENT``: ``tx``, ``rx``, or ``both`` for themis-d-wire);
   ``src/box_250mhz.v``: a stand-alone ``box_250mhz`` with the shell's module header around it.
 * ``plugin/``: the directory to pass to the shell's build script as ``-user_plugin`` (``box_250mhz/`` with the four
   files the shell reads, ``build_box_250mhz.tcl`` and a copy of the user logic's Verilog). No ``box_322mhz``: the
@@ -120,17 +121,19 @@ def make_plan(board, shell, pipeline, params=None, direction=None):
     """Check the request and return the plan (a dict; nothing is written). ``ValueError`` on bad input."""
     from lbpipe.blocks import get_block
     from lbpipe.boards.alveo import get_board
-    from lbpipe.boards.opennic import DIRECTIONS, MODULE, PLACEMENT
+    from lbpipe.boards.opennic import KEEPS_FRAMES, MODULE, PLACEMENT
     platform_cls, shell_board = get_board(board)
     if shell not in SHELLS:
         raise ValueError(f"unknown shell {shell!r}; shells: {', '.join(SHELLS)}")
     block = get_block(pipeline)
     if pipeline not in PLACEMENT:
-        raise ValueError(f"{pipeline} has no OpenNIC box (pipelines with one: {', '.join(sorted(PLACEMENT))}; "
-                         f"themis-d-wire needs both directions on one stream, see docs/nic_build.md)")
+        raise ValueError(f"{pipeline} has no OpenNIC box: it is not a packet pipeline (pipelines with a box: "
+                         f"{', '.join(sorted(PLACEMENT))})")
+    # Only the pipelines that keep their frames and have no second output can sit in either direction.
+    choices = ("tx", "rx") if pipeline in KEEPS_FRAMES and PLACEMENT[pipeline] == "tx" else (PLACEMENT[pipeline],)
     direction = direction or PLACEMENT[pipeline]
-    if direction not in DIRECTIONS:
-        raise ValueError(f"--direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+    if direction not in choices:
+        raise ValueError(f"--direction for {pipeline} must be {' or '.join(choices)}, not {direction!r}")
     params = block.resolve(params or {})
     block.check(params)
     platform = platform_cls()
@@ -161,9 +164,10 @@ def _box_verilog(plan):
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from amaranth.back import verilog
     from lbpipe.blocks import get_block
-    from lbpipe.boards.opennic import MODULE, Box250
+    from lbpipe.boards.opennic import KEEPS_FRAMES, MODULE, Box250
     block = get_block(plan["pipeline"])
-    box = Box250(block.build(**plan["params"]), direction=plan["direction"])
+    box = Box250(block.build(**plan["params"]), direction=plan["direction"],
+                 keeps_frames=plan["pipeline"] in KEEPS_FRAMES)
     return verilog.convert(box, name=MODULE, ports=box.ports()), box.n_status
 
 

@@ -677,7 +677,8 @@ def _parser():
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("build", help="write an OpenNIC-shell plugin and Vivado Tcl for a pipeline (no Vivado run)")
-    p.add_argument("pipeline", help="packet pipeline, e.g. themis-s-wire or pro-tx-wire")
+    p.add_argument("pipeline", help="packet pipeline: themis-s-wire, themis-d-wire, pro-tx-wire, pro-rx-wire, "
+                                    "laps-tx-wire or laps-rx-wire")
     p.add_argument("--board", default="alveo-u280", help="alveo-u280 (default), alveo-u250 or alveo-u55c")
     p.add_argument("--shell", default="opennic", help="opennic (the only shell so far)")
     p.add_argument("--direction", choices=("tx", "rx"), help="tx: host to network; rx: network to host "

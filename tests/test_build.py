@@ -238,7 +238,8 @@ def xdc_periods(path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["build", "themis-d-wire"], "themis-d-wire has no OpenNIC box"),
+    (["build", "laps-pit"], "laps-pit has no OpenNIC box"),
+    (["build", "themis-d-wire", "--direction", "rx"], "--direction for themis-d-wire must be both"),
     (["build", "--board", "alveo-u9", "themis-s-wire"], "unknown board 'alveo-u9'"),
     (["build", "--shell", "corundum", "themis-s-wire"], "unknown shell 'corundum'"),
     (["build", "no-such-pipeline"], "unknown block"),

@@ -69,11 +69,24 @@ def test_block_lint_clean(name, tmp_path):
     assert not found, "\n".join(found[:20])
 
 
-@pytest.mark.parametrize("pipeline", ["themis-s-wire",
-                                      pytest.param("pro-tx-wire", marks=pytest.mark.regression)])
-def test_opennic_box_lint_clean(pipeline, tmp_path):
+# Every pipeline with a box. The default profile lints themis-s-wire's and, at small tables, themis-d-wire's (the box
+# with every part the others use: both merges' arbiter, the steering, both sizers); the long profile the others at
+# small tables and all at their defaults.
+_SMALL = {"themis-d-wire": "n_qps=8 queue_depth=8 n_paths=3 buckets=16 ways=2 depth=32",
+          "laps-rx-wire": "n_entries=64 depth=32", "laps-tx-wire": "n_dests=16 k=2 buckets=16 n_entries=32 depth=32",
+          "pro-rx-wire": "n_qps=2048 buckets=16 ways=2"}
+
+
+@pytest.mark.parametrize("pipeline, params", [
+    ("themis-s-wire", ""), pytest.param("pro-tx-wire", "", marks=pytest.mark.regression),
+    ("themis-d-wire", _SMALL["themis-d-wire"]),
+    *(pytest.param(name, _SMALL[name], marks=pytest.mark.regression)
+      for name in ("laps-rx-wire", "laps-tx-wire", "pro-rx-wire")),
+    *(pytest.param(name, "", marks=pytest.mark.regression) for name in sorted(_SMALL))])
+def test_opennic_box_lint_clean(pipeline, params, tmp_path):
     from lbpipe.cli import main
-    assert main(["build", pipeline, "-o", str(tmp_path / "out")]) == 0
+    extra = [arg for p in params.split() for arg in ("--param", p)]
+    assert main(["build", pipeline, *extra, "-o", str(tmp_path / "out")]) == 0
     src = tmp_path / "out" / "src"
     found = lint(tmp_path, [src / "box_250mhz.v", src / "lbpipe_box_250mhz.v"], "box_250mhz")
     assert not found, "\n".join(found[:20])

@@ -253,7 +253,7 @@ class NakGen(wiring.Component):
             ]
             datas.append(rp.data)
         s1 = {"v": Signal(), "nack": Signal(), "psn": Signal(PSN_BITS), "in_range": Signal(),
-              "bank": Signal(range(n_banks))}
+              "bank": Signal(range(max(2, n_banks)))}
         with m.If(adv):
             m.d.sync += [s1["v"].eq(self.i.valid), s1["nack"].eq(ev.nack), s1["psn"].eq(ev.psn),
                          s1["in_range"].eq(ev.qp < self._n_qps)]
