@@ -399,3 +399,209 @@ def test_low_difference_gates():
     sim.add_testbench(bench)
     sim.run()
     assert not bad, f"{len(bad)} wrong pairs, first {bad[:3]}"
+
+
+# -- head from the QP context (head="context") --------------------------------------------------------------------
+# The record keeps the head base's low k = max(6, log2 L + 2) bits; each event carries the QP context's expected PSN
+# (epsn) and the base is rebuilt as the PSN with those low bits in [epsn - 12, epsn - 12 + 2**k) (datasheet, "Head
+# from the QP context"). The oracle for these tests is record mode: a context written back faithfully (or late by
+# less than the contract's 2**k - 13 PSNs) must give the same decisions, event by event.
+
+CTX = "context"
+P_CTX = dict(n_qps=8, bitmap_len=16, head=CTX)
+
+
+def with_epsn(events, epsn_of):
+    """``events`` with each item's ``epsn`` set to ``epsn_of(number of the item)``."""
+    out, k = [], 0
+    for e in events:
+        if "item" in e:
+            e = {"item": {**e["item"], "epsn": epsn_of(k)}}
+            k += 1
+        out.append(e)
+    return out
+
+
+def strip(outs):
+    """Context-mode results without the two write-back fields, for comparing with record mode."""
+    return [{k: v for k, v in o.items() if k not in ("epsn", "epsn_we")} for o in outs]
+
+
+def test_signature_context():
+    dut = OooRtl(n_qps=10240, head=CTX)
+    dut._MustUse__silence = True
+    members = dut.signature.members
+    item = members["i"].signature.members["payload"].shape
+    assert [(n, f.width) for n, f in item] == [("kind", 3), ("timeout", 1), ("qp", 14), ("psn", 24), ("epsn", 24),
+                                               ("tag", 16)]
+    res = dict((n, f.width) for n, f in members["o"].signature.members["payload"].shape)
+    assert res == {"kind": 3, "tag": 16, "qp": 14, "cls": 3, "nack": 1, "nack_psn": 24, "head": 24, "tail": 24,
+                   "wnd": 6, "nacked": 1, "epsn": 24, "epsn_we": 1}
+    # context mode's default bitmap is 16: 1 valid + 6 low head-base bits + 2 pending advance + 16 bitmap
+    # + 5 tail offset + 6 wnd + 2 NACK flags = 38 bits; 10,240 of them are 47.5 KiB, with pro-rr's 11.4 KiB
+    # 58.9 KiB = 60.3 kB, under Table I's 68 KB
+    assert dut.record_bits == 38 and dut.memory_bits == 10240 * 38
+    assert 10240 * 38 / 8 + 11.4 * 1024 < 68000
+    # a 32-bit bitmap: 1 + 7 + 2 + 32 + 6 + 7 + 2 = 57 bits
+    dut32 = OooRtl(n_qps=10240, bitmap_len=32, head=CTX)
+    dut32._MustUse__silence = True
+    assert dut32.record_bits == 57
+    rec = OooRtl(n_qps=10240)
+    rec._MustUse__silence = True
+    assert rec.record_bits == 74        # record mode's default stays 32 bits of bitmap
+
+
+@pytest.mark.parametrize("kwargs, exc", [(dict(head="ctx"), ValueError), (dict(head=1), TypeError),
+                                         (dict(head=CTX, bitmap_len=12), ValueError)])
+def test_bad_parameters_context(kwargs, exc):
+    with pytest.raises(exc):
+        OooRtl(**kwargs)
+    with pytest.raises(exc):
+        Ooo(**kwargs)
+
+
+def fig4_context(lag):
+    """Figure 4 with the epsn a context would give when the write-back of the event ``lag`` items before is the
+    latest it holds (lag 0: faithful): the heads of FIG4_EXPECTED, written by hand, delayed by ``lag``."""
+    heads = [0] + [h for _, h, _, _, _ in FIG4_EXPECTED]        # before the first item: the created PSN 0
+    return with_epsn(FIG4, lambda k: heads[max(0, k - lag)])
+
+
+@pytest.mark.parametrize("lag", [0, 3, 19])
+def test_figure4_context_golden(lag):
+    outs = run_golden("pro-ooo", dict(P_CTX, n_qps=16), fig4_context(lag))
+    check(outs, FIG4_EXPECTED)
+    assert [o["epsn"] for o in outs] == [h for _, h, _, _, _ in FIG4_EXPECTED]
+    assert all(o["epsn_we"] for o in outs)
+
+
+def test_figure4_context_rtl():
+    """Back to back (the forwarding), each epsn 19 items late (the create's PSN 0 for the first 19); a faithful
+    context is in test_context_equals_record_rtl."""
+    check(run_rtl("pro-ooo", dict(P_CTX, n_qps=16), fig4_context(19)), FIG4_EXPECTED)
+
+
+def context_from_record(events, record_outs, n_qps, lag):
+    """The test's own QP context, built from record mode's results (never from context mode): a create writes the
+    created PSN at once; each item on a live QP writes back its resulting head, seen ``lag`` items later."""
+    live, writes, ctx, out = set(), [], {}, []
+    k = 0
+    for e in events:
+        if "ctl" in e:
+            c = e["ctl"]
+            if c["index"] < n_qps:
+                if c["table"] == 0:
+                    live.add(c["index"])
+                    writes = [w for w in writes if w[1] != c["index"]]
+                    ctx[c["index"]] = c["data"] % MOD
+                elif c["table"] == 1:
+                    live.discard(c["index"])
+            out.append(e)
+            continue
+        for w in [w for w in writes if w[0] <= k]:
+            ctx[w[1]] = w[2]
+        writes = [w for w in writes if w[0] > k]
+        qp = e["item"]["qp"]
+        out.append({"item": {**e["item"], "epsn": ctx.get(qp, 0xABCDE)}})
+        if qp in live:
+            writes.append((k + 1 + lag, qp, record_outs[k]["head"]))
+        k += 1
+    return out
+
+
+@pytest.mark.parametrize("bitmap_len", [16, 8])
+def test_context_equals_record_golden(bitmap_len):
+    """The oracle: on the existing traces, context mode fed back through a dictionary (the model's own epsn
+    written back at once, then a context built from record mode's heads and 10 items late) decides exactly as
+    record mode: same class, NACKs, window."""
+    from lbpipe.sim.pro.ooo import ooo_trace
+    for seed in range(3):
+        params = dict(n_qps=64, bitmap_len=bitmap_len)
+        events = ooo_trace(seed, 1500, **params)
+        record = run_golden("pro-ooo", params, events)
+        model, ctx, outs = Ooo(head=CTX, **params), {}, []
+        for e in events:
+            if "ctl" in e:
+                model.control(e["ctl"])
+                if e["ctl"]["table"] == 0:
+                    ctx[e["ctl"]["index"]] = e["ctl"]["data"] % MOD
+                continue
+            out = model.process({"timeout": 0, **e["item"], "epsn": ctx.get(e["item"]["qp"], 0)})
+            if out["epsn_we"]:
+                ctx[e["item"]["qp"]] = out["epsn"]
+            outs.append(out)
+        assert strip(outs) == record
+        assert sum(o["nack"] for o in record) > 20
+        late = run_golden("pro-ooo", dict(params, head=CTX), context_from_record(events, record, 64, 10))
+        assert strip(late) == record
+
+
+@pytest.mark.parametrize("lag, idle, backpressure", [(0, 0.0, 0.0), (10, 0.2, 0.4)])
+def test_context_equals_record_rtl(lag, idle, backpressure):
+    """The same oracle on the RTL: epsn from the test's context (record mode's heads, ``lag`` items late), the
+    results equal record mode's (the RTL's own comparison with the golden model is off: the oracle is record
+    mode)."""
+    from lbpipe.sim.pro.ooo import ooo_trace
+    params = dict(n_qps=64, bitmap_len=16)
+    events = ooo_trace(7, 700, **params)
+    record = run_golden("pro-ooo", params, events)
+    outs = run_rtl("pro-ooo", dict(params, head=CTX), context_from_record(events, record, 64, lag), idle=idle,
+                   backpressure=backpressure, compare=False)
+    assert strip(outs) == record
+    assert [o["nack_psn"] for o in outs if o["nack"]] == [o["nack_psn"] for o in record if o["nack"]]
+
+
+# Forged and out-of-contract epsn on a QP with no event in flight (six events of another QP between), worked by
+# hand (L 16, k 6). QP 2 is created at 1000; 1000 and 1001 arrive (head 1002; the record's base is 1001 with a
+# pending advance of 1, low bits 1001 mod 64 = 41).
+FILL = [pkt(3, p) for p in range(12)]
+FORGED = [create(2, 1000, 8), create(3, 0, 8), pkt(2, 1000), pkt(2, 1001)] + FILL[:6] + [
+    # epsn 5000: E = 4988 = 77 * 64 + 60; 41 < 60, so the base is 78 * 64 + 41 = 5033, the head 5034: the window
+    # moves by 4032 = 63 * 64 (tail 1001 -> 5033). PSN 5034 is the head: accepted, head 5035, tail 5034.
+    pkt(2, 5034)] + FILL[6:12] + [
+    # epsn 4975, 60 behind the head 5035 (beyond the contract's 51): base 5034 (low bits 42), E = 4963 = 77 * 64
+    # + 35; 42 >= 35: base 77 * 64 + 42 = 4970, head 4971: the window moves back 64 (tail 4970). PSN 4972 is
+    # 1 past the head: accepted, tail 4972, 4972 - 4971 = 1 is not more than 8: no NACK.
+    pkt(2, 4972)]
+FORGED_EPSN = [1000, 1001] + list(range(6)) + [5000] + list(range(6, 12)) + [4975]
+FORGED_EXPECTED = [(ACCEPT, 1001, 1000, 8, None), (ACCEPT, 1002, 1001, 8, None)] + \
+    [(ACCEPT, p + 1, p, 8, None) for p in range(6)] + [(ACCEPT, 5035, 5034, 8, None)] + \
+    [(ACCEPT, p + 1, p, 8, None) for p in range(6, 12)] + [(ACCEPT, 4971, 4972, 8, None)]
+
+
+def forged_events():
+    return with_epsn(FORGED, lambda k: FORGED_EPSN[k])
+
+
+def test_forged_epsn_golden():
+    check(run_golden("pro-ooo", P_CTX, forged_events()), FORGED_EXPECTED)
+
+
+def test_forged_epsn_rtl():
+    check(run_rtl("pro-ooo", P_CTX, forged_events()), FORGED_EXPECTED)
+    check(run_rtl("pro-ooo", P_CTX, forged_events(), idle=0.3, backpressure=0.5, seed=5), FORGED_EXPECTED)
+
+
+def test_epsn_ignored_in_flight_rtl():
+    """An event whose QP has an event among the five accepted just before it takes the whole head from that
+    event's result: its epsn, even forged, is not used (back to back, no idle: each event is in flight for the
+    next). The first event reads the record (epsn trusted); the rest carry garbage and decide as record mode."""
+    seq = [create(2, 1000, 2)] + [pkt(2, p) for p in (1000, 1002, 1003, 1001, 1006, 1004, 1005, 1002, 1010, 1011)]
+    expected = [(ACCEPT, 1001, 1000, 2, None), (ACCEPT, 1001, 1002, 2, None), (ACCEPT, 1001, 1003, 2, None),
+                (ACCEPT, 1003, 1003, 2, None),     # 1001 fills: the head passes two (1001, 1002)
+                (ACCEPT, 1004, 1006, 2, None),     # passes 1003; 1006 - 1004 = 2 is not more than 2
+                (ACCEPT, 1005, 1006, 2, None), (ACCEPT, 1007, 1006, 2, None),
+                (REPEAT, 1007, 1006, 3, None),     # 5 behind the head: a repeat, wnd 3
+                (ACCEPT, 1007, 1010, 3, None), (ACCEPT, 1007, 1011, 3, 1007)]     # 1011 - 1007 = 4 > 3
+    check(run_golden("pro-ooo", dict(P_CTX, head="record"), seq), expected)
+    garbage = [1000, 0x5A5A5A, 0, 0xFFFFFF, 77, 0x800000, 4242, 1, 0x123456, 999]
+    check(run_rtl("pro-ooo", P_CTX, with_epsn(seq, lambda k: garbage[k]), compare=False), expected)
+
+
+@pytest.mark.parametrize("bitmap_len", [32, 64])
+def test_context_mode_refuses_long_bitmaps(bitmap_len):
+    """Context mode at 32 bits measured 8 logic levels and 57 bits per QP (docs/pro_ooo.md): it is refused, on both
+    engines, with the reason."""
+    for cls in (Ooo, OooRtl):
+        with pytest.raises(ValueError, match="bitmap_len 8 or 16"):
+            cls(n_qps=64, bitmap_len=bitmap_len, head=CTX)

@@ -20,6 +20,12 @@ Each event (the datasheet's rules, written again in the golden model):
 
 Steps 2 and 3 run on accepted packets, repeats and timeouts; a stale or beyond packet, an unknown QP and a non-data
 item change nothing but a counter.
+
+``head="context"`` (the memory goal of Table I): the record keeps only the low ``k = max(6, log2 L + 2)`` bits of the
+head base; each event carries the QP context's expected PSN (``epsn``, possibly behind by up to ``2**k - 13``), and the
+head base is rebuilt as the PSN with those low bits in ``[epsn - 12, epsn - 12 + 2**k)`` (datasheet, "Head from the
+QP context"). An event with an event of its QP among the five ahead takes its head from those (their results, or the
+base the nearest of them worked from) and ignores its ``epsn``.
 """
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
@@ -29,8 +35,9 @@ from amaranth.lib.wiring import In, Out
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, PSN_BITS, TAG_BITS
 
-__all__ = ["Ooo", "OooItem", "OooResult", "OooRecord", "OooClass", "check_parameters", "TABLE_CREATE",
-           "TABLE_DESTROY", "N_STATS"]
+__all__ = ["Ooo", "OooItem", "OooResult", "OooRecord", "OooStored", "OooClass", "check_parameters", "TABLE_CREATE",
+           "TABLE_DESTROY", "N_STATS", "HEADS", "DEFAULT_BITMAP_LEN", "resolve_bitmap_len",
+           "head_low_bits", "CONTEXT_REACH"]
 
 TABLE_CREATE = 0        # index = qp: data[23:0] first expected PSN, data[39:24] initial wnd (BDP / MTU)
 TABLE_DESTROY = 1       # index = qp: the QP becomes unknown
@@ -49,14 +56,34 @@ class OooClass(enum.Enum, shape=3):
     TIMEOUT = 6
 
 
-def check_parameters(*, n_qps, bitmap_len):
-    """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with."""
+HEADS = ("record", "context")
+#: The bitmap length each mode takes when none (or 0) is given: context mode's 16 meets Table I's memory goal.
+DEFAULT_BITMAP_LEN = {"record": 32, "context": 16}
+
+
+def resolve_bitmap_len(bitmap_len, head):
+    """``bitmap_len``, or the mode's default when it is None or 0."""
+    return DEFAULT_BITMAP_LEN.get(head, 32) if bitmap_len is None or (type(bitmap_len) is int and bitmap_len == 0) \
+        else bitmap_len
+
+
+def check_parameters(*, n_qps, bitmap_len, head="record"):
+    """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with (``bitmap_len`` None or 0:
+    the mode's default)."""
+    if not isinstance(head, str):
+        raise TypeError(f"head must be a string, not {head!r}")
+    if head not in HEADS:
+        raise ValueError(f"head must be 'record' or 'context', not {head!r}")
+    bitmap_len = resolve_bitmap_len(bitmap_len, head)
     check_int("n_qps", n_qps)
     check_int("bitmap_len", bitmap_len)
     if not 2 <= n_qps <= 1 << 20:
         raise ValueError(f"n_qps must be 2 to 1,048,576, not {n_qps}")
     if bitmap_len not in (8, 16, 32, 64):
         raise ValueError(f"bitmap_len must be 8, 16, 32 or 64, not {bitmap_len}")
+    if head == "context" and bitmap_len > 16:
+        raise ValueError(f"head='context' takes bitmap_len 8 or 16, not {bitmap_len} (at 32 it misses the memory "
+                         f"goal it exists for and maps 8 logic levels deep: use head='record')")
 
 
 def _gate_difference(a, b):
@@ -81,17 +108,35 @@ def _wnd_bits(bitmap_len):
     return bitmap_len.bit_length() + 1
 
 
-def OooItem(*, n_qps=10240):
-    """One event: a packet (``kind``; DATA is handled, others pass) or, with ``timeout`` = 1, a QP timeout."""
-    return data.StructLayout({"kind": PacketKind, "timeout": 1, "qp": _qp_bits(n_qps), "psn": PSN_BITS,
-                              "tag": TAG_BITS})
+def OooItem(*, n_qps=10240, head="record"):
+    """One event: a packet (``kind``; DATA is handled, others pass) or, with ``timeout`` = 1, a QP timeout; with
+    ``head="context"`` also ``epsn``, the expected PSN read from the QP context."""
+    fields = {"kind": PacketKind, "timeout": 1, "qp": _qp_bits(n_qps), "psn": PSN_BITS}
+    if head == "context":
+        fields["epsn"] = PSN_BITS
+    return data.StructLayout({**fields, "tag": TAG_BITS})
 
 
-def OooResult(*, n_qps=10240, bitmap_len=32):
-    """One result per event: the NACK to send (if any) and the QP's window after the event (0 for an unknown QP)."""
-    return data.StructLayout({"kind": PacketKind, "tag": TAG_BITS, "qp": _qp_bits(n_qps), "cls": OooClass,
-                              "nack": 1, "nack_psn": PSN_BITS, "head": PSN_BITS, "tail": PSN_BITS,
-                              "wnd": _wnd_bits(bitmap_len), "nacked": 1})
+def OooResult(*, n_qps=10240, bitmap_len=32, head="record"):
+    """One result per event: the NACK to send (if any) and the QP's window after the event (0 for an unknown QP);
+    with ``head="context"`` also ``epsn`` (the head, to write back to the QP context) and ``epsn_we`` (the QP is
+    known: write it)."""
+    fields = {"kind": PacketKind, "tag": TAG_BITS, "qp": _qp_bits(n_qps), "cls": OooClass, "nack": 1,
+              "nack_psn": PSN_BITS, "head": PSN_BITS, "tail": PSN_BITS, "wnd": _wnd_bits(bitmap_len), "nacked": 1}
+    if head == "context":
+        fields.update(epsn=PSN_BITS, epsn_we=1)
+    return data.StructLayout(fields)
+
+
+def head_low_bits(bitmap_len):
+    """Low bits of the head base a context-mode record keeps: ``max(6, log2 bitmap_len + 2)``."""
+    return max(6, bitmap_len.bit_length() + 1)
+
+
+#: Context mode: how far the head base read from block RAM can be behind the event's head (five events not yet
+#: written, two PSNs each, and the base's own pending advance of 2); the base is rebuilt in [epsn - 12, epsn - 12 +
+#: 2**k).
+CONTEXT_REACH = 12
 
 
 def OooRecord(*, bitmap_len=32):
@@ -103,6 +148,16 @@ def OooRecord(*, bitmap_len=32):
                               "wnd": _wnd_bits(bitmap_len), "hnb": 1, "cand": 1})
 
 
+def OooStored(*, bitmap_len=32, head="record"):
+    """What block RAM holds per QP: the record, or with ``head="context"`` the record with only the low
+    ``log2 bitmap_len + 2`` bits of ``hb`` (``hbl``; the rest comes from the event's ``epsn``)."""
+    if head == "record":
+        return OooRecord(bitmap_len=bitmap_len)
+    ob = bitmap_len.bit_length()
+    return data.StructLayout({"valid": 1, "hbl": head_low_bits(bitmap_len), "padv": 2, "bm": bitmap_len, "tr": ob,
+                              "wnd": _wnd_bits(bitmap_len), "hnb": 1, "cand": 1})
+
+
 class Ooo(wiring.Component):
     """PRO's receiver window.
 
@@ -111,7 +166,11 @@ class Ooo(wiring.Component):
     n_qps : int
         QP records (the ``qp`` field is the index an upstream QP classifier gives), 2 to 1,048,576.
     bitmap_len : int
-        Arrival bits per QP (8, 16, 32 or 64): packets at or past head + bitmap_len are not recorded.
+        Arrival bits per QP (8, 16, 32 or 64): packets at or past head + bitmap_len are not recorded. None or 0:
+        32 in record mode, 16 in context mode.
+    head : str
+        ``"record"`` (the record keeps the whole head) or ``"context"`` (the head's high bits come from the QP
+        context's expected PSN on each event, ``epsn``; the record keeps ``log2 bitmap_len + 2`` low bits).
 
     Members
     -------
@@ -126,8 +185,12 @@ class Ooo(wiring.Component):
     #: Cycles from an event's acceptance to its result on ``o``.
     latency = 8
 
-    def __init__(self, *, n_qps=10240, bitmap_len=32):
-        check_parameters(n_qps=n_qps, bitmap_len=bitmap_len)
+    def __init__(self, *, n_qps=10240, bitmap_len=None, head="record"):
+        check_parameters(n_qps=n_qps, bitmap_len=bitmap_len, head=head)
+        bitmap_len = resolve_bitmap_len(bitmap_len, head)
+        self._ctx = head == "context"
+        self._head = head
+        self._store = OooStored(bitmap_len=bitmap_len, head=head)
         self._n = n_qps
         self._L = bitmap_len
         self._b = bitmap_len.bit_length() - 1
@@ -135,23 +198,25 @@ class Ooo(wiring.Component):
         self._wb = _wnd_bits(bitmap_len)
         self._rec = OooRecord(bitmap_len=bitmap_len)
         super().__init__({
-            "i": In(stream.Signature(OooItem(n_qps=n_qps))),
-            "o": Out(stream.Signature(OooResult(n_qps=n_qps, bitmap_len=bitmap_len))),
+            "i": In(stream.Signature(OooItem(n_qps=n_qps, head=head))),
+            "o": Out(stream.Signature(OooResult(n_qps=n_qps, bitmap_len=bitmap_len, head=head))),
             "ctl": In(ControlSignature()),
             "stats": Out(32 * N_STATS),
         })
 
     @property
     def record_bits(self):
-        return self._rec.size
+        """Bits per QP in block RAM."""
+        return self._store.size
 
     @property
     def memory_bits(self):
         """Bits held in block RAM: one record per QP."""
-        return self._n * self._rec.size
+        return self._n * self._store.size
 
     def _event_layout(self):
-        return data.StructLayout({"item": OooItem(n_qps=self._n), "ctl": 1, "create": 1, "cpsn": PSN_BITS,
+        return data.StructLayout({"item": OooItem(n_qps=self._n, head=self._head), "ctl": 1, "create": 1,
+                                  "cpsn": PSN_BITS,
                                   "cwnd": self._wb, "inr": 1})
 
     def elaborate(self, platform):
@@ -184,7 +249,7 @@ class Ooo(wiring.Component):
         banks = []
         for k in range((self._n + self._BANK - 1) // self._BANK):
             depth = min(self._BANK, self._n - k * self._BANK)
-            mem = memory.Memory(shape=self._rec, depth=depth, init=[])
+            mem = memory.Memory(shape=self._store, depth=depth, init=[])
             m.submodules[f"records{k}"] = mem
             banks.append((mem.read_port(), mem.write_port(), depth))
         return banks
@@ -254,6 +319,16 @@ class Ooo(wiring.Component):
             ]
             for a, b in (("s2a", "s1b"), ("s2b", "s2a"), ("s3", "s2b")):
                 m.d.sync += [hz[a][k].eq(hz[b][k]) for k in keys]
+        if self._ctx:
+            # the two candidates for hb's high bits, from E = epsn - 12 (one constant addition each, no chain of two)
+            k = head_low_bits(self._L)
+            epsn = s1.item.epsn
+            hz["ctx"] = dict(elo=Signal(k, name="ctx_elo"), ehi0=Signal(PSN_BITS - k, name="ctx_ehi0"),
+                             ehi1=Signal(PSN_BITS - k, name="ctx_ehi1"))
+            e0, e1 = Signal(PSN_BITS), Signal(PSN_BITS)
+            m.d.comb += [e0.eq(epsn - CONTEXT_REACH), e1.eq(epsn + (1 << k) - CONTEXT_REACH)]
+            with m.If(adv):
+                m.d.sync += [hz["ctx"]["elo"].eq(e0[:k]), hz["ctx"]["ehi0"].eq(e0[k:]), hz["ctx"]["ehi1"].eq(e1[k:])]
         return hz
 
     # -- S1b: the bank, the events four and five ahead -----------------------------------------------------------------
@@ -261,20 +336,46 @@ class Ooo(wiring.Component):
     def _older(self, m, adv, banks, ev, r, hz):
         """S1 registers every bank's output (nothing between a block RAM and its register); S1b picks the QP's bank
         and the results of the events four and five ahead (``r1``, ``r2`` now), which the read missed."""
-        memregs = [Signal(self._rec, name=f"memreg{k}") for k in range(len(banks))]
+        memregs = [Signal(self._store, name=f"memreg{k}") for k in range(len(banks))]
         with m.If(adv):
             m.d.sync += [mr.eq(rd.data) for mr, (rd, _, _) in zip(memregs, banks)]
         bank = ev["s1b"].item.qp >> (self._BANK.bit_length() - 1)
-        picked = Signal(self._rec, name="bank_data")
+        stored = Signal(self._store, name="bank_data")
         if len(memregs) == 1:
-            m.d.comb += picked.eq(memregs[0])
+            m.d.comb += stored.eq(memregs[0])
         else:
-            m.d.comb += picked.eq(Array(memregs)[bank])
+            m.d.comb += stored.eq(Array(memregs)[bank])
+        picked = self._rebuild_head(m, adv, stored, hz) if self._ctx else stored
         h = hz["s1b"]
         older = Signal(self._rec, name="older")
         with m.If(adv):
             m.d.sync += older.eq(Mux(h["h4"], r["r1"], Mux(h["h5"], r["r2"], picked)))
+            if self._ctx:
+                # read from block RAM, and an event of the QP one or two ahead: its base, not this event's epsn
+                mem = ~h["h3"] & ~h["h4"] & ~h["h5"]
+                m.d.sync += [self._wrap["sel"].eq(~h["h4"] & ~h["h5"] & self._wrap["c"]),
+                             self._wrap["sub1"].eq(mem & h["h1"]), self._wrap["sub2"].eq(mem & ~h["h1"] & h["h2"])]
         return older
+
+    def _rebuild_head(self, m, adv, stored, hz):
+        """Context mode, S1b: ``hb`` is the PSN with the stored low bits ``hbl`` in ``[E, E + 2**k)``,
+        ``E = epsn - 12``: ``E``'s high bits, plus one when ``hbl`` is below ``E``'s low bits. The comparison comes
+        after the bank pick, so the choice is registered (``wrap_sel``) and made in S2a; here the high bits are
+        ``E``'s."""
+        ctx = hz["ctx"]
+        full = Signal(self._rec, name="rebuilt")
+        self._wrap = dict(c=Signal(name="wrap_c"), sel=Signal(name="wrap_sel"), sub1=Signal(name="inherit1"),
+                          sub2=Signal(name="inherit2"),
+                          ehi1=Signal(PSN_BITS - head_low_bits(self._L), name="wrap_ehi1"))
+        m.d.comb += [
+            self._wrap["c"].eq(stored.hbl < ctx["elo"]),
+            full.valid.eq(stored.valid), full.hb.eq(Cat(stored.hbl, ctx["ehi0"])),
+            full.padv.eq(stored.padv), full.bm.eq(stored.bm), full.tr.eq(stored.tr), full.wnd.eq(stored.wnd),
+            full.hnb.eq(stored.hnb), full.cand.eq(stored.cand),
+        ]
+        with m.If(adv):
+            m.d.sync += self._wrap["ehi1"].eq(ctx["ehi1"])
+        return full
 
     # -- S2a: the freshest copy but the two events ahead ---------------------------------------------------------------
 
@@ -284,8 +385,22 @@ class Ooo(wiring.Component):
         bits ``dlo`` (and their borrow) as gates, the high bits ``ehi`` (without that borrow) as a carry chain."""
         h = hz["s2a"]
         x = Signal(self._rec, name="x")
-        m.d.comb += x.eq(Mux(h["h3"], r["r1"], older))
         pa = Signal(self._rec, name="pa")
+        if self._ctx:
+            # The base's high bits: E's or one more (the choice registered in S1b); but when an event of the QP is
+            # one or two ahead, the base that event worked from (its x, now in pa or carried to S3): the record
+            # read is the same, so only the first event of a run uses its epsn (datasheet).
+            k = head_low_bits(self._L)
+            xb3 = Signal(PSN_BITS - k, name="x_base_s3")
+            with m.If(adv):
+                m.d.sync += xb3.eq(pa.hb[k:])
+            src = Signal(self._rec, name="older_rebuilt")
+            w = self._wrap
+            m.d.comb += [src.eq(older), src.hb[k:].eq(Mux(w["sub1"], pa.hb[k:], Mux(w["sub2"], xb3,
+                                                                                   Mux(w["sel"], w["ehi1"],
+                                                                                       older.hb[k:]))))]
+            older = src
+        m.d.comb += x.eq(Mux(h["h3"], r["r1"], older))
         nb = self._b + 2
         psn = ev["s2a"].item.psn
         # D's low bits depend only on the low bits of psn and hb: their decodes are tables registered here. The
@@ -295,7 +410,13 @@ class Ooo(wiring.Component):
         # written as gates was mapped as a 7-level chain at 4,096, so each borrow is a flat sum of products.
         dlo_c = Signal(nb, name="dlo_c")
         bor_c = Signal(name="dlo_borrow_c")
-        m.d.comb += Cat(dlo_c, bor_c).eq(_gate_difference(psn[:nb], x.hb[:nb]))
+        if self._ctx:
+            # the same difference taken from both sources, then picked (abc9 mapped the pick-first form of context
+            # mode 7 levels deep from older to oh0 in the AXI4-Lite top)
+            m.d.comb += Cat(dlo_c, bor_c).eq(Mux(h["h3"], _gate_difference(psn[:nb], r["r1"].hb[:nb]),
+                                                 _gate_difference(psn[:nb], older.hb[:nb])))
+        else:
+            m.d.comb += Cat(dlo_c, bor_c).eq(_gate_difference(psn[:nb], x.hb[:nb]))
         dd = dict(dlo=Signal(nb, name="dlo"), bor=Signal(name="dlo_borrow"),
                   ehi=Signal(PSN_BITS - nb, name="ehi"))
         with m.If(adv):
@@ -381,9 +502,14 @@ class Ooo(wiring.Component):
         created = Signal(self._rec, name="created")
         s2b = ev["s2b"]
         m.d.comb += created.eq(Cat(s2b.create, s2b.cpsn, Const(0, 2 + L + b + 1), s2b.cwnd, Const(0, 2)))
+        # the event's own flags, registered here so that S3's cones start from single bits
+        fl.update(ok=Signal(name="s3_ok"), data=Signal(name="s3_data"), tmo=Signal(name="s3_tmo"))
         with m.If(adv):
             m.d.sync += [pb.eq(Mux(s2b.ctl, created, Mux(h["h2"], r["r1"], pa))),
-                         fl["arr"].eq(arrived | (h["h2"] & h["e2"] & r["r1_acc"]))]
+                         fl["arr"].eq(arrived | (h["h2"] & h["e2"] & r["r1_acc"])),
+                         fl["ok"].eq(s2b.inr & ~s2b.ctl),
+                         fl["data"].eq((s2b.item.kind == PacketKind.DATA) & ~s2b.item.timeout),
+                         fl["tmo"].eq(s2b.item.timeout)]
             for c in range(3):
                 m.d.sync += [
                     fl["inb"][c].eq(near & by_offset(c, inb_t)),
@@ -410,8 +536,13 @@ class Ooo(wiring.Component):
         def pick(sigs):
             return Mux(a1 == 0, sigs[0], Mux(a1 == 1, sigs[1], sigs[2]))
         known, is_data, tmo = Signal(name="known"), Signal(name="is_data"), Signal(name="tmo")
-        m.d.comb += [known.eq(cur.valid & s3.inr & ~s3.ctl), is_data.eq((ev.kind == PacketKind.DATA) & ~ev.timeout),
-                     tmo.eq(ev.timeout)]
+        if self._ctx:
+            # the flags registered in S2b (abc9 mapped context mode's loop 7 levels deep in the AXI4-Lite top from
+            # the item fields); record mode keeps the form it was measured at 6 with
+            m.d.comb += [known.eq(cur.valid & fl["ok"]), is_data.eq(fl["data"]), tmo.eq(fl["tmo"])]
+        else:
+            m.d.comb += [known.eq(cur.valid & s3.inr & ~s3.ctl),
+                         is_data.eq((ev.kind == PacketKind.DATA) & ~ev.timeout), tmo.eq(ev.timeout)]
         inb, beh, sgn = Signal(name="inb"), Signal(name="beh"), Signal(name="sgn")
         oh, dp1 = Signal(L, name="oh"), Signal(b + 1, name="dp1")
         m.d.comb += [inb.eq(pick(fl["inb"])), beh.eq(pick(fl["beh"])), sgn.eq(pick(fl["sgn"])),
@@ -495,13 +626,19 @@ class Ooo(wiring.Component):
                 m.d.comb += [wr.en.eq(sidx < depth), wr.addr.eq(sidx[:ab]), wr.data.eq(0)]
             with m.Else():
                 m.d.comb += [wr.en.eq(we & ((s3.item.qp >> sh) == k)), wr.addr.eq(s3.item.qp[:ab]),
-                             wr.data.eq(step["nxt"])]
+                             wr.data.eq(self._stored(step["nxt"]))]
         with m.If(adv):
             m.d.sync += [
                 r["r1"].eq(step["nxt"]), r["r1_v"].eq(v["s3"] & s3.inr), r["r1_qp"].eq(s3.item.qp),
                 r["r1_acc"].eq(step["acc"]), r["r2"].eq(r["r1"]), r["r2_acc"].eq(r["r1_acc"]),
                 r["cls"].eq(step["cls"]), r["known"].eq(step["known"]),
             ]
+
+    def _stored(self, rec):
+        """The record as block RAM holds it (context mode: ``hb``'s low bits only)."""
+        if not self._ctx:
+            return rec
+        return Cat(rec.valid, rec.hb[:head_low_bits(self._L)], rec.padv, rec.bm, rec.tr, rec.wnd, rec.hnb, rec.cand)
 
     # -- S4: output, counters ---------------------------------------------------------------------------------------
 
@@ -514,7 +651,7 @@ class Ooo(wiring.Component):
         m.d.comb += nack.eq(known & rec.cand & ((rec.wnd + 1) < rec.tr))
         item = Signal()
         m.d.comb += item.eq(v["s4"] & ~s4.ctl)
-        s5 = dict(valid=Signal(name="s5_valid"), item=Signal(OooItem(n_qps=self._n), name="s5_item"),
+        s5 = dict(valid=Signal(name="s5_valid"), item=Signal(OooItem(n_qps=self._n, head=self._head), name="s5_item"),
                   cls=Signal(OooClass, name="s5_cls"), known=Signal(name="s5_known"), nack=Signal(name="s5_nack"),
                   hb=Signal(PSN_BITS, name="s5_hb"), padv=Signal(2, name="s5_padv"),
                   toff=Signal(data.signed(self._b + 3), name="s5_tail_off"), wnd=Signal(self._wb, name="s5_wnd"),
@@ -539,6 +676,8 @@ class Ooo(wiring.Component):
                 o.wnd.eq(Mux(k5, s5["wnd"], 0)),
                 o.nacked.eq(s5["nacked"]),
             ]
+            if self._ctx:
+                m.d.sync += [o.epsn.eq(Mux(k5, head, 0)), o.epsn_we.eq(k5)]
         counts = [Signal(32, name=f"count{k}") for k in range(N_STATS)]
         cls = r["cls"]
         incs = [cls == OooClass.ACCEPT, cls == OooClass.REPEAT, cls == OooClass.TIMEOUT, nack,

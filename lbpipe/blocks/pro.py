@@ -69,8 +69,10 @@ def _ooo_extra(params, component):
     per_qp = component.record_bits
     scale = "; ".join(f"{n // 1024}K: {n * per_qp / 8 / 1024:.0f} KiB" for n in (1 << 10, 10240, 1 << 14, 1 << 16))
     return {"Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.1f} KiB: {params['n_qps']} "
-                      f"records x {per_qp} bit (valid, 24-bit head base and 2-bit pending advance, "
-                      f"{params['bitmap_len']}-bit bitmap, tail offset, wnd, two NACK flags), banks of 1,024",
+                      f"records x {per_qp} bit (valid, "
+                      f"{'24-bit' if params.get('head', 'record') == 'record' else 'low bits of the'} head base "
+                      f"and 2-bit pending advance, "
+                      f"{component._L}-bit bitmap, tail offset, wnd, two NACK flags), banks of 1,024",
             "Latency": f"{component.latency} cycles, one event per clock (back-to-back events of one QP included)",
             "Paper, Table I loss recovery (10K QPs)": "20.7K ALM / 34.3K registers / 53 KB RAM (Intel ALMs: an ALM "
                                                       "holds up to two LUTs; lbpipe counts Yosys LUT cells)",
@@ -83,13 +85,19 @@ BLOCKS.append(Block(
     paper_ref="PRO, sections III-B, III-C, Algorithm 2, Figure 4, Table I",
     params=[
         Param("n_qps", 10240, "QP records (the qp field is the index a QP classifier gives)"),
-        Param("bitmap_len", 32, "arrival bits per QP: 8, 16, 32 or 64"),
+        Param("bitmap_len", 0, "arrival bits per QP: 8, 16, 32 or 64 (context: 8 or 16); 0: 32 with head=record, "
+                               "16 with context"),
+        Param("head", "record", "where the head lives: the record, or the QP context (epsn in, written back out)",
+              choices=("record", "context")),
     ],
     build=load("lbpipe.hdl.pro.ooo:Ooo"),
     golden=load("lbpipe.sim.pro.ooo:Ooo"),
-    test_params=[dict(n_qps=16, bitmap_len=32), dict(n_qps=5, bitmap_len=8), dict(n_qps=64, bitmap_len=16)],
+    test_params=[dict(n_qps=16, bitmap_len=32), dict(n_qps=5, bitmap_len=8), dict(n_qps=64, bitmap_len=16),
+                 dict(n_qps=64, bitmap_len=16, head="context")],
     regression_items=2000,
-    random_params=lambda rng: dict(n_qps=rng.randrange(8, 200), bitmap_len=rng.choice([8, 16, 32, 64])),
+    random_params=lambda rng: (dict(n_qps=rng.randrange(8, 200), bitmap_len=rng.choice([8, 16]), head="context")
+                               if rng.random() < 0.5 else
+                               dict(n_qps=rng.randrange(8, 200), bitmap_len=rng.choice([8, 16, 32, 64]))),
     tb_module="lbpipe.tb.pro.test_ooo",
     trace="lbpipe.sim.pro.ooo:ooo_trace",
     doc="docs/pro_ooo.md",

@@ -5,13 +5,21 @@ Bit-exact, transaction-level twin of :class:`lbpipe.hdl.pro.ooo.Ooo`, written fr
 (docs/pro_ooo.md) with a different representation: a QP keeps the *set* of arrived PSNs at or past its head and
 absolute PSNs for head, tail and NACK pointer; PSN order is ``(a - b) mod 2**24`` read as a signed number.
 
+With ``head="context"`` each event carries the QP context's expected PSN (``epsn``) and the head the event works on
+is rebuilt from it as the RTL's record does (datasheet, "Head from the QP context"): the head base (the head less
+``padv``, how far the QP's last event moved its head) is the PSN in ``[epsn - 12, epsn - 12 + 2**k)`` that agrees
+with the model's own in its low ``k = max(6, log2 bitmap_len + 2)`` bits. A faithful context (or one lagging by at
+most ``2**k - 13`` PSNs) gives the model's own head back; a forged ``epsn`` moves the window by a multiple of
+``2**k``. (The RTL ignores the ``epsn`` of an event whose QP has an event in flight; traces forge only on QPs with
+none.)
+
 Also here: :func:`ooo_trace`, seeded random traces with per-path reordering, loss, duplicates, timeouts, PSN wrap,
 stale and forged PSNs, unknown QPs and QPs created and destroyed mid-trace.
 """
 
 import random
 
-from lbpipe.hdl.pro.ooo import check_parameters
+from lbpipe.hdl.pro.ooo import check_parameters, resolve_bitmap_len
 
 __all__ = ["Ooo", "ooo_trace", "create_cmd", "destroy_cmd"]
 
@@ -44,14 +52,18 @@ class _Qp:
         self.arrived = set()        # arrived PSNs at or past the head
         self.nacked = False         # the head has been NACKed (Algorithm 2's QP.NACK == head)
         self.wnd = wnd
+        self.padv = 0               # PSNs the head passed at this QP's last event (the RTL adds it late)
 
 
 class Ooo:
     """Per-QP windows keyed by ``qp``. Parameters are those of the RTL block (``n_qps``, ``bitmap_len``)."""
 
-    def __init__(self, *, n_qps=10240, bitmap_len=32):
-        check_parameters(n_qps=n_qps, bitmap_len=bitmap_len)
+    def __init__(self, *, n_qps=10240, bitmap_len=None, head="record"):
+        check_parameters(n_qps=n_qps, bitmap_len=bitmap_len, head=head)
+        bitmap_len = resolve_bitmap_len(bitmap_len, head)
         self.n_qps, self.L = n_qps, bitmap_len
+        self.context = head == "context"
+        self.k = max(6, bitmap_len.bit_length() + 1)     # low head-base bits a context-mode record keeps
         self.wmax = (1 << (bitmap_len.bit_length() + 1)) - 1
         self.reset()
 
@@ -77,7 +89,11 @@ class Ooo:
         kind, qp, psn, timeout = int(item["kind"]), item["qp"], item["psn"], item["timeout"]
         out = {"kind": kind, "tag": item["tag"], "qp": qp, "nack": 0, "nack_psn": 0, "head": 0, "tail": 0, "wnd": 0,
                "nacked": 0}
+        if self.context:
+            out.update(epsn=0, epsn_we=0)
         q = self.qps.get(qp)
+        if q is not None and self.context:
+            self._from_context(q, item["epsn"])
         if q is None:
             cls = UNKNOWN if (timeout or kind == DATA) else OTHER
             if cls == UNKNOWN:
@@ -108,23 +124,42 @@ class Ooo:
                 q.wnd = min(q.wnd + 1, self.wmax)
         if cls in (ACCEPT, REPEAT, STALE, BEYOND):
             self.counts[{ACCEPT: 0, REPEAT: 1, STALE: 4, BEYOND: 5}[cls]] += 1
+        q.padv = 0
         if cls in (ACCEPT, REPEAT, TIMEOUT):
-            self._catch_up(q)
+            q.padv = self._catch_up(q)
             nack = self._check(q)
             if nack is not None:
                 out["nack"], out["nack_psn"] = 1, nack
                 self.counts[3] += 1
         out.update(cls=cls, head=q.head, tail=q.tail, wnd=q.wnd, nacked=int(q.nacked))
+        if self.context:
+            out.update(epsn=q.head, epsn_we=1)
         return out
 
+    def _from_context(self, q, epsn):
+        """The head rebuilt from ``epsn``: the head base (head - padv) is the PSN in [epsn - 12, epsn - 12 + 2**k)
+        with the base's low k bits. When it differs, the whole window (head, tail, arrived PSNs) moves with it."""
+        size = 1 << self.k
+        base = (q.head - q.padv) % MOD
+        e = (epsn - 12) % MOD
+        new = (e + (base - e) % size + q.padv) % MOD
+        delta = (new - q.head) % MOD
+        if delta:
+            q.head = new
+            q.tail = (q.tail + delta) % MOD
+            q.arrived = {(p + delta) % MOD for p in q.arrived}
+
     def _catch_up(self, q):
-        """The head passes at most two arrived PSNs; a head that moves has not been NACKed."""
+        """The head passes at most two arrived PSNs; a head that moves has not been NACKed. Returns how many."""
+        passed = 0
         for _ in range(2):
             if q.head not in q.arrived:
                 break
             q.arrived.discard(q.head)
             q.head = (q.head + 1) % MOD
             q.nacked = False
+            passed += 1
+        return passed
 
     def _check(self, q):
         """Algorithm 2's CheckAndSendNACK for the lowest missing PSN only (RoCE's NAK names the expected PSN): the
@@ -140,7 +175,8 @@ def ooo_trace(seed, n_items, **params):
     ``n_items`` events: each QP's packets sent in order over ``paths`` paths with different delays (reordering),
     some lost, some duplicated, occasional timeouts, stale and forged PSNs, unknown QPs, non-data items, runs of
     back-to-back events of one QP, and QPs destroyed and re-created mid-trace."""
-    n_qps, L = params.get("n_qps", 10240), params.get("bitmap_len", 32)
+    n_qps = params.get("n_qps", 10240)
+    L = resolve_bitmap_len(params.get("bitmap_len"), params.get("head", "record"))
     rng = random.Random(seed)
     n_active = min(n_qps - 1, 5)
     qps = rng.sample(range(n_qps), n_active) if n_qps > n_active else list(range(n_active))
@@ -211,4 +247,44 @@ def ooo_trace(seed, n_items, **params):
     while n > n_items and "item" in events[-1]:
         events.pop()
         n -= 1
+    if params.get("head", "record") == "context":
+        _context_epsn(rng, events, n_qps, L)
     return events
+
+
+def _context_epsn(rng, events, n_qps, L):
+    """Give every item an ``epsn`` as a QP context would: the head a result wrote back, seen ``lag`` events late
+    (0 to 12, changing along the trace: a context read racing the write-back), set at once by a create; and, on a
+    QP with no event among the six before (none in flight), now and then a forged ``epsn`` (after which the context
+    is written at once with the head the block reports)."""
+    model = Ooo(n_qps=n_qps, bitmap_len=L, head="context")
+    ctx, written, pending, recent = {}, {}, [], []
+    lag = 0
+    for number, event in enumerate(events):
+        if number % 50 == 0:
+            lag = rng.choice([0, 1, 3, 6, 12])
+        due = [p for p in pending if p[0] <= number]
+        pending = [p for p in pending if p[0] > number]
+        for _, qp, head, _ in sorted(due, key=lambda p: p[3]):
+            if written.get(qp, -1) < head[1]:           # an older write-back never overwrites a newer one
+                ctx[qp], written[qp] = head[0], head[1]
+        if "ctl" in event:
+            cmd = event["ctl"]
+            model.control(cmd)
+            qp = cmd["index"]
+            if cmd["table"] == TABLE_CREATE:
+                ctx[qp], written[qp] = cmd["data"] % MOD, number
+                pending = [p for p in pending if p[1] != qp]
+            recent.append(qp)
+            continue
+        item = event["item"]
+        qp = item["qp"]
+        forged = qp not in recent[-6:] and rng.random() < 0.03
+        item["epsn"] = rng.randrange(MOD) if forged or qp not in ctx else ctx[qp]
+        out = model.process({"timeout": 0, **item})
+        if forged:
+            ctx[qp], written[qp] = out["epsn"], number
+            pending = [p for p in pending if p[1] != qp]
+        elif out["epsn_we"]:
+            pending.append((number + 1 + lag, qp, (out["epsn"], number), number))
+        recent.append(qp)
