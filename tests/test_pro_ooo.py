@@ -442,10 +442,10 @@ def test_signature_context():
     # 58.9 KiB = 60.3 kB, under Table I's 68 KB
     assert dut.record_bits == 38 and dut.memory_bits == 10240 * 38
     assert 10240 * 38 / 8 + 11.4 * 1024 < 68000
-    # a 32-bit bitmap: 1 + 7 + 2 + 32 + 6 + 7 + 2 = 57 bits
-    dut32 = OooRtl(n_qps=10240, bitmap_len=32, head=CTX)
-    dut32._MustUse__silence = True
-    assert dut32.record_bits == 57
+    # 8 bits: 1 + 6 + 2 + 8 + 4 + 5 + 2 = 28 bits
+    dut8 = OooRtl(n_qps=10240, bitmap_len=8, head=CTX)
+    dut8._MustUse__silence = True
+    assert dut8.record_bits == 28
     rec = OooRtl(n_qps=10240)
     rec._MustUse__silence = True
     assert rec.record_bits == 74        # record mode's default stays 32 bits of bitmap
