@@ -33,7 +33,10 @@ SCALE = {
     "qp-classifier": ({"n_entries": lambda n: n, "buckets": lambda n: n}, SIZES),
     # 3 ways of n_dests / 2 slots.
     "laps-pst": ({"n_dests": lambda n: n, "buckets": lambda n: n // 2}, SIZES),
-    "laps-pit": ({"n_entries": lambda n: n}, SIZES),
+    # Sub-tables (n / k, k = 8) of 2K to 4K entries are URAM288_BASE instances: Yosys's cost model keeps them in
+    # block RAM even under -uram (a 4K-deep URAM half empty); from 8K deep it infers URAM itself.
+    "laps-pit": ({"n_entries": lambda n: n, "uram": lambda n: "instance" if 2048 <= n // 8 <= 4096 else "off"},
+                 SIZES),
     "laps-aimd": ({"n_flows": lambda n: n}, SIZES),
     "laps-pacer": ({"n_flows": lambda n: n}, SIZES),
     "pro-rr": ({"n_qps": lambda n: n}, SIZES),
@@ -199,7 +202,9 @@ def format_scale(sweeps):
              "|---|---|---|---|---|---|---|---|---|"]
     for block, points in sweeps.items():
         for size, r in points:
-            lines.append(f"| `{block}` | {size:,} | {r.get('lut', 0):,} | {r.get('ff', 0):,} | {r.get('ramb36', 0)} "
+            uram = (r.get("params") or {}).get("uram", "off")
+            label = f"`{block}`" + (f" (uram={uram})" if uram != "off" else "")
+            lines.append(f"| {label} | {size:,} | {r.get('lut', 0):,} | {r.get('ff', 0):,} | {r.get('ramb36', 0)} "
                          f"| {r.get('ramb18', 0)} | {r.get('uram', 0)} | {_memory_kbit(r):,.0f} "
                          f"| {r.get('logic_levels')} |")
     return "\n".join(lines) + "\n\n![resources against table size](img/resources_scale.png)\n\n" + FOOTNOTE + "\n"

@@ -41,10 +41,11 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
+from lbpipe.hdl.lib.uram import URAM_DEPTH, UltraRAM
 
 __all__ = ["Pit", "PitItem", "PitUpdate", "PitResult", "check_parameters", "PROBE_RULES", "INFINITY",
            "TABLE_VALUES", "TABLE_ANCHORS01", "TABLE_ANCHORS23", "TABLE_TIME", "TABLE_COMMIT", "N_STATS",
-           "LFSR_SEED", "HOLDOFF"]
+           "LFSR_SEED", "HOLDOFF", "URAM_CHOICES"]
 
 TIME_BITS = 48
 VAL_BITS = 32
@@ -53,6 +54,9 @@ N_ANCHORS = 4
 #: real_val that means "infinity": never chosen; doubling keeps it.
 INFINITY = (1 << VAL_BITS) - 1
 PROBE_RULES = ("paper", "max")
+#: Where D and S live: ``off`` lets the tools choose (block RAM below 4K-deep sub-tables), ``infer`` asks for
+#: UltraRAM (``ram_style = "ultra"``), ``instance`` instantiates URAM288_BASE tiles (``lib.uram``; datasheet).
+URAM_CHOICES = ("off", "infer", "instance")
 LFSR_SEED = 0xACE1
 
 TABLE_VALUES = 0        # staging: data[31:0] base_val, data[63:32] real_val
@@ -63,7 +67,7 @@ TABLE_COMMIT = 4        # index = pid: data[0] valid, data[3:1] anchor count; wr
 N_STATS = 4             # lookups, updates, rejected updates, probes
 
 
-def check_parameters(*, n_entries, k, probe_rule, lfsr_seed):
+def check_parameters(*, n_entries, k, probe_rule, lfsr_seed, uram="off"):
     """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with."""
     check_int("n_entries", n_entries)
     check_int("k", k)
@@ -79,6 +83,11 @@ def check_parameters(*, n_entries, k, probe_rule, lfsr_seed):
         raise ValueError(f"probe_rule must be one of {PROBE_RULES}, not {probe_rule!r}")
     if not 1 <= lfsr_seed < 1 << 16:
         raise ValueError(f"lfsr_seed must be 1 to 65535, not {lfsr_seed}")
+    if uram not in URAM_CHOICES:
+        raise ValueError(f"uram must be one of {URAM_CHOICES}, not {uram!r}")
+    if uram == "instance" and sub > URAM_DEPTH:
+        raise ValueError(f"uram='instance' takes sub-tables up to {URAM_DEPTH} entries (n_entries // k), not {sub}: "
+                         f"deeper ones are UltraRAM under synth_xilinx -uram anyway, or use uram='infer'")
 
 
 def _bits(n):
@@ -139,6 +148,10 @@ class Pit(wiring.Component):
         logic levels deep at k = 8, over the budget: datasheet).
     lfsr_seed : int
         Reset value of the 16-bit LFSR that picks the probed path.
+    uram : str
+        Where ``D_j`` and ``S_j`` live (:data:`URAM_CHOICES`): ``"off"`` plain memories, ``"infer"`` memories marked
+        ``ram_style = "ultra"``, ``"instance"`` URAM288_BASE tiles (sub-tables up to 4,096 entries). Same cycle
+        behaviour in all three (datasheet, "UltraRAM").
 
     Members
     -------
@@ -153,8 +166,9 @@ class Pit(wiring.Component):
 
     latency = 5
 
-    def __init__(self, *, n_entries=8192, k=8, probe_rule="paper", lfsr_seed=LFSR_SEED):
-        check_parameters(n_entries=n_entries, k=k, probe_rule=probe_rule, lfsr_seed=lfsr_seed)
+    def __init__(self, *, n_entries=8192, k=8, probe_rule="paper", lfsr_seed=LFSR_SEED, uram="off"):
+        check_parameters(n_entries=n_entries, k=k, probe_rule=probe_rule, lfsr_seed=lfsr_seed, uram=uram)
+        self._uram = uram
         self._n_entries = n_entries
         self._k = k
         self._probe_rule = probe_rule
@@ -221,10 +235,15 @@ class Pit(wiring.Component):
         """``D_j`` twice (``dstale`` read at X0 for the stale test, ``dval`` read at X3 for the values), ``S_j``
         (base_val, anchors) per sub-table, ``V`` (valid per pid)."""
         dstale, dval, stat = [], [], []
+
+        def table(shape):
+            if self._uram == "off":
+                return memory.Memory(shape=shape, depth=self._sub, init=[])
+            # registered: the read register below (_load) is the UltraRAM's own (OREG) in "instance" mode
+            return UltraRAM(shape=shape, depth=self._sub, mode="infer" if self._uram == "infer" else "instance",
+                            registered=True)
         for j in range(self._k):
-            a = memory.Memory(shape=_dynamic_layout(), depth=self._sub, init=[])
-            b = memory.Memory(shape=_dynamic_layout(), depth=self._sub, init=[])
-            s = memory.Memory(shape=_static_layout(), depth=self._sub, init=[])
+            a, b, s = table(_dynamic_layout()), table(_dynamic_layout()), table(_static_layout())
             m.submodules[f"dstale{j}"] = a
             m.submodules[f"dval{j}"] = b
             m.submodules[f"stat{j}"] = s
@@ -356,8 +375,18 @@ class Pit(wiring.Component):
                     m.d.sync += [uh[n][0].eq(uh[n - 1][0]), uh[n][1].eq(uh[n - 1][1])]
         with m.If(adv):
             m.d.sync += x2["v"].eq(vmem[0].data)
-            for j, (rd, _) in enumerate(dstale):
-                m.d.sync += x2["d"][j].eq(rd.data)
+        for j, (rd, _) in enumerate(dstale):
+            self._load(m, adv, x2["d"][j], rd)
+
+    @staticmethod
+    def _load(m, adv, reg, rd):
+        """``reg`` loads read port ``rd``'s data when ``adv``: a register of its own after a memory, or, for an
+        ``UltraRAM`` with its read register (``reg_en``), that register (same clock, same enable, same reset)."""
+        if getattr(rd, "reg_en", None) is None:
+            with m.If(adv):
+                m.d.sync += reg.eq(rd.data)
+        else:
+            m.d.comb += [rd.reg_en.eq(adv), reg.eq(rd.data)]
 
     def _elapsed_stage(self, m, adv, st):
         """X2: the elapsed time ``(now - time) mod 2**48`` of each slot in two 24-bit halves: the low half with its
@@ -558,8 +587,9 @@ class Pit(wiring.Component):
                 # (u_we & chosen) != 0, without waiting for the pick: u_we is one-hot
                 x5["conflict"].eq(u_ok & ((stale & x4["u_sub"]) != 0) & ((stale & x4["amask"]) == 0)),
             ]
-            for j in range(k):
-                m.d.sync += [x5["mem"][j].eq(dval[j][0].data), x5["s"][j].eq(stat[j][0].data)]
+        for j in range(k):
+            self._load(m, adv, x5["mem"][j], dval[j][0])
+            self._load(m, adv, x5["s"][j], stat[j][0])
         self._h5_regs = h5
 
     # -- X5: write back and output --------------------------------------------------------------------------------

@@ -65,14 +65,26 @@ BLOCKS.append(Block(
 # -- PIT (laps-pit) ---------------------------------------------------------------------------------------------------
 # (entry appended below by the PIT work)
 
+def _without(make, *names):
+    """``make`` called without the parameters ``names`` (implementation choices its callee does not take)."""
+    def call(**params):
+        return make(**{n: v for n, v in params.items() if n not in names})
+    call.__qualname__ = make.__qualname__
+    return call
+
+
 def _pit_extra(params, component):
     sub = params["n_entries"] // params["k"]
     per_entry = 2 * 81 + 163 + 1        # dstale + dval (valid/time/real_val), S (base_val/anchors), V
     scale = "; ".join(f"{n // 1024}K: {n * per_entry / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 12, 1 << 14, 1 << 16))
+    uram = {"infer": "infer: D and S marked ram_style ultra (synthesize with -uram)",
+            "instance": f"instance: D and S are {7 * params['k']} URAM288_BASE (7 a sub-table), read registers in "
+                        f"OREG_A"}.get(params.get("uram", "off"))
     return {"PIT memory": f"{component.memory_bits} bits: {params['k']} sub-tables x {sub} entries x (2 x 81-bit "
                           f"valid/time/real_val, one copy for the stale test and one for the values, + 163-bit "
                           f"base_val/anchors) + 1 valid bit per pid for the update stream",
             "Latency": f"{component.latency} cycles, one lookup and one update per clock",
+            **({"UltraRAM (uram)": uram} if uram else {}),
             "Scale (326 bits per entry, any k: memory linear in entries; 65,536 is the 16-bit pid's limit)": scale}
 
 
@@ -87,9 +99,13 @@ BLOCKS.append(Block(
                                      "largest finite real_val of the destination (the authors' simulator)",
               choices=("paper", "max")),
         Param("lfsr_seed", 0xACE1, "reset value of the 16-bit LFSR that picks the probed path"),
+        Param("uram", "off", "where D and S live: off (tools choose; block RAM below 4K-deep sub-tables), infer "
+                             "(ram_style ultra), instance (URAM288_BASE tiles, n_entries / k up to 4096)",
+              choices=("off", "infer", "instance")),
     ],
     build=load("lbpipe.hdl.laps.pit:Pit"),
-    golden=load("lbpipe.sim.laps.pit:Pit"),
+    # uram chooses primitives only: the golden model has no such parameter
+    golden=_without(load("lbpipe.sim.laps.pit:Pit"), "uram"),
     streams=("upd",),
     test_params=[
         dict(n_entries=64, k=4, probe_rule="paper", lfsr_seed=0xACE1),

@@ -282,12 +282,19 @@ def run_cocotb(verilog_path, *, toplevel, test_module, testcase=None, extra_env=
         shutil.rmtree(test_dir, ignore_errors=True)
 
 
+def _sources(verilog_path):
+    """The Verilog a simulator compiles for ``verilog_path``: the file, and the behavioural models of the vendor
+    primitives it instantiates (``URAM288_BASE`` for a block built with ``uram="instance"``)."""
+    from lbpipe.hdl.lib.uram import sim_sources
+    return [verilog_path, *sim_sources(verilog_path.read_text())]
+
+
 def _icarus_build(verilog_path, toplevel, waves):
     from cocotb_tools.runner import get_runner
     # One simulator build per Verilog source, shared by every process: compiled in a directory of this process's
     # own and moved into place whole, so no process ever runs a half-written build.
     build_dir = verilog_path.parent / "icarus"
-    build_args = dict(sources=[verilog_path], hdl_toplevel=toplevel, timescale=("1ns", "1ps"), waves=waves)
+    build_args = dict(sources=_sources(verilog_path), hdl_toplevel=toplevel, timescale=("1ns", "1ps"), waves=waves)
     runner = get_runner("icarus")
     if waves or not (build_dir / "sim.vvp").exists():
         own = verilog_path.parent / f"icarus-{os.getpid()}"
@@ -317,7 +324,7 @@ def _verilator_build(verilog_path, toplevel, waves):
         env = verilator_environment()
         env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {VERILATOR_MAKE}".strip()
         with _environ(env):
-            _verilator_runner().build(sources=[verilog_path], hdl_toplevel=toplevel, timescale=("1ns", "1ps"),
+            _verilator_runner().build(sources=_sources(verilog_path), hdl_toplevel=toplevel, timescale=("1ns", "1ps"),
                                       waves=waves, build_dir=own, always=True, log_file=own / "build.log",
                                       build_args=list(VERILATOR_BUILD_ARGS))
         # The executable is all a run needs: drop the object files (tens of MB for a wire pipeline).
