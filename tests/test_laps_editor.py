@@ -318,20 +318,28 @@ def test_signature():
     assert small.signature.members["m_axis"] == Out(AXI4StreamSignature(data_width=512, user_width=3))
 
 
-def _run(testcase, *, depth=64, user_width=1, env=None):
+def _run(testcase, *, depth=64, user_width=1, env=None, cut_through=False):
     from lbpipe.boards.top import FlatTop
     from lbpipe.hdl.packet.laps_editor import LapsEditor
     from lbpipe.tb.lib.runner import run_cocotb, write_verilog
-    top = FlatTop(LapsEditor(depth=depth, user_width=user_width))
-    path = write_verilog(top, name="laps_editor_top", ports=top.ports())
-    run_cocotb(path, toplevel="laps_editor_top", test_module="lbpipe.tb.packet.test_laps_editor", testcase=testcase,
-               extra_env={"LAPS_DEPTH": str(depth), **(env or {})})
+    top = FlatTop(LapsEditor(depth=depth, user_width=user_width, cut_through=cut_through))
+    name = "laps_editor_ct_top" if cut_through else "laps_editor_top"
+    path = write_verilog(top, name=name, ports=top.ports())
+    run_cocotb(path, toplevel=name, test_module="lbpipe.tb.packet.test_laps_editor", testcase=testcase,
+               extra_env={"LAPS_DEPTH": str(depth), "LAPS_CT": str(int(cut_through)), **(env or {})})
 
 
 @pytest.mark.parametrize("testcase", ["random_traffic", "random_traffic_pauses", "line_rate", "reset_mid_traffic",
                                       "first_beat_latency"])
 def test_laps_editor_cocotb(testcase):
     _run(testcase)
+
+
+@pytest.mark.parametrize("testcase", ["random_traffic_pauses", "ct_latency_constant", "ct_growth_pauses"])
+def test_laps_editor_cocotb_cut_through(testcase):
+    """Cut-through (beat FIFO of 8 beats, frames up to 9,216 bytes): golden frames with pauses, the first-beat
+    latency constant over sizes, frames growing and shrinking across a beat boundary under back-pressure."""
+    _run(testcase, depth=8, cut_through=True, env={"LAPS_FRAMES": "80"})
 
 
 def test_laps_editor_cocotb_wide_tuser():

@@ -39,9 +39,9 @@ the PIT's infinity).
        |  window FIFO (first 2 beats, arrival time) -^        -> D4 fine picks, addresses -> D5 frame, sum
        '-> LapsEditor (REMOVE / drop / PASS) -> m_axis          -> D6 + constant -> D7 fold -> D8 outputs
 
-The editor is store-and-forward (docs/packet_io.md): host frames leave 13 cycles after their last beat (plus its
-action's wait). Every D stage moves on one enable, ``adv``: every output register (``m_ack``, ``upd``, ``loss``,
-the editor's action) free or being emptied.
+The editor is cut-through (docs/packet_io.md): a host frame's first beat leaves 13 cycles after its action
+reaches the editor, whatever the frame's size. Every D stage moves on one enable, ``adv``: every output register
+(``m_ack``, ``upd``, ``loss``, the editor's action) free or being emptied.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -141,7 +141,7 @@ class LapsRxWire(wiring.Component):
         The PIT's size and sub-tables (``pid = sub_table * (n_entries // k) + index``, index 0 is no path): an ACK
         whose pid is out of range or has index 0 updates nothing (counted).
     depth : int
-        The LAPS editor's frame buffer, in beats (longer frames are dropped and counted, as the editor does).
+        The LAPS editor's beat FIFO, in beats (the editor is cut-through: frames of any length pass).
     laps_port : int
         UDP destination port of the LAPS shim.
 
@@ -193,7 +193,7 @@ class LapsRxWire(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.parser = parser = Parser(early=True, laps_port=self._laps_port)
-        m.submodules.editor = editor = LapsEditor(depth=self._depth, laps_port=self._laps_port)
+        m.submodules.editor = editor = LapsEditor(depth=self._depth, laps_port=self._laps_port, cut_through=True)
         m.submodules.win = win = StreamFIFO(shape=_window_layout(), depth=16)
         wiring.connect(m, parser.m_axis, editor.s_axis)
         wiring.connect(m, editor.m_axis, wiring.flipped(self.m_axis))

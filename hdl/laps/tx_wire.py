@@ -101,7 +101,8 @@ class LapsTxWire(wiring.Component):
     precision
         The softmax's weight width (:class:`lbpipe.hdl.laps.softmax.Softmax`, ``mode="paper"``).
     depth : int
-        The editor's frame buffer, in beats (longer frames are dropped and counted).
+        The editor's beat FIFO, in beats (the editor is cut-through: frames of any length pass; the FIFO holds a
+        frame's beats while its decision is made).
     laps_port : int
         UDP port of the LAPS shim.
     tick_ns : int
@@ -135,7 +136,7 @@ class LapsTxWire(wiring.Component):
         self._pst = Pst(n_dests=n_dests, k=k, ways=ways, buckets=buckets, ipv6=ipv6, user_bits=Fields().size)
         self._pit = Pit(n_entries=n_entries, k=k, probe_rule=probe_rule, lfsr_seed=lfsr_seed)
         self._softmax = Softmax(k=k, precision=precision, mode="paper")
-        self._editor = LapsEditor(depth=depth, laps_port=laps_port)
+        self._editor = LapsEditor(depth=depth, laps_port=laps_port, cut_through=True)
         axis = AXI4StreamSignature(data_width=512, user_width=1)
         super().__init__({
             "s_axis": In(axis),
@@ -155,9 +156,10 @@ class LapsTxWire(wiring.Component):
     @property
     def latency(self):
         """Edges from the one that takes a one-beat frame's beat to the one that offers its first beat on
-        ``m_axis``, unthrottled: the decision, then 12 cycles in the editor from the action to the first beat of a
-        frame that is in (its ``latency`` of 10 stages and 2 more, measured by ``lbpipe bench``, whose testcase
-        checks the datasheet's formula; docs/laps_tx_wire.md gives the other sizes)."""
+        ``m_axis``, unthrottled: the decision, then 13 cycles in the editor from the action to the first beat of a
+        frame that is in (its ``latency`` of 11 stages and 2 more, measured by ``lbpipe bench``, whose testcase
+        checks the datasheet's formula; the editor is cut-through, so a longer frame's is one cycle more, the
+        decision starting from its second beat, at every size: docs/laps_tx_wire.md)."""
         return self.decision_latency + 2 + LapsEditor.latency
 
     def elaborate(self, platform):

@@ -112,6 +112,8 @@ BLOCKS = [
             Param("depth", 256, "frame buffer in 64-byte beats (the longest frame in and out)"),
             Param("user_width", 1, "width of the AXI4-Stream tuser"),
             Param("laps_port", 0xC1A5, "UDP destination port INSERT writes, 1 to 65535 but not 4791"),
+            Param("cut_through", True, "cut-through (first beat out a constant 13 cycles after the first beat in) or "
+                                       "store-and-forward (frames longer than depth beats dropped)"),
         ],
         build=load("lbpipe.hdl.packet.laps_editor:LapsEditor"),
         golden=load("lbpipe.sim.packet.laps_editor:LapsEditor"),

@@ -33,7 +33,7 @@ class LapsRxWireModel:
     def __init__(self, *, n_entries=8192, k=8, depth=256, laps_port=LAPS_PORT):
         check_parameters(n_entries=n_entries, k=k, depth=depth, laps_port=laps_port)
         self.n_entries, self.sub, self.laps_port = n_entries, n_entries // k, laps_port
-        self.editor = LapsEditor(depth=depth, laps_port=laps_port)
+        self.editor = LapsEditor(depth=depth, laps_port=laps_port, cut_through=True)
         self.ack_on, self.ttl = 1, 64           # the power-up configuration; reset keeps what ctl wrote
         self.now = REPLAY_NOW
         self.reset()

@@ -35,7 +35,7 @@ class LapsTxWireModel:
         self.pst = Pst(n_dests=n_dests, k=k, ways=ways, buckets=buckets, ipv6=ipv6)
         self.pit = Pit(n_entries=n_entries, k=k, probe_rule=probe_rule, lfsr_seed=lfsr_seed)
         self.softmax = Softmax(k=k, precision=precision, mode="paper")
-        self.editor = LapsEditor(depth=depth, laps_port=laps_port)
+        self.editor = LapsEditor(depth=depth, laps_port=laps_port, cut_through=True)
         self.tick_reset = tick_ns
         self.reset()
 

@@ -9,6 +9,11 @@ A frame longer than the hardware's beat FIFO (more than ``depth`` 64-byte beats,
 whatever its action says, and counted as too long (counter 6) and in no other counter: the store-and-forward
 hardware cannot hold it until its length is known, so it cuts it and drops it rather than deadlock its input. A
 frame of exactly ``depth`` beats is processed as any other (an INSERT on it is refused: the result would not fit).
+
+Cut-through (``cut_through=True``): the hardware sends a frame as it arrives and holds none whole, so neither rule
+exists there: a frame of any length is edited (or passed, or dropped) by its action, an INSERT is never refused for
+the length of its result, and nothing is counted as too long. Every other rule, and every output byte of a frame of
+at most ``depth`` beats whose result fits, is the same in both modes.
 """
 
 from lbpipe.hdl.packet.laps_editor import N_COUNTERS, OP_INSERT, OP_PASS, OP_UPDATE, check_parameters
@@ -26,13 +31,14 @@ def edit_applies(*, op, l3_off, l4_off, count, length, depth):
     """Whether an UPDATE, INSERT or REMOVE is made on a frame of ``length`` bytes (docs/packet_io.md, "When an edit
     applies"): ``l4_off`` even, ``l3_off`` 14, 18 or 22, ``l4_off >= l3_off + 20``, ``count`` at most 4, the header
     (UDP end ``h`` plus ``K = 12 + 4 count``) within the 128-byte window; an INSERT needs the UDP header in the frame
-    and the longer frame in the buffer, the others the whole LAPS header in the frame."""
+    and the longer frame in the buffer (``depth`` beats; ``None``: no buffer, cut-through), the others the whole
+    LAPS header in the frame."""
     udp_end = l4_off + 8
     size = 12 + 4 * count
     if l4_off % 2 or l3_off not in _L3_OFFSETS or l4_off < l3_off + 20 or count > 4 or udp_end + size > WINDOW:
         return False
     if op == OP_INSERT:
-        return udp_end <= length and length + size <= depth * _BEAT
+        return udp_end <= length and (depth is None or length + size <= depth * _BEAT)
     return udp_end + size <= length
 
 PASSED, UPDATED, INSERTED, REMOVED, DROPPED, REFUSED, TOO_LONG = range(N_COUNTERS)
@@ -69,9 +75,10 @@ def _put16(frame, at, value):
 class LapsEditor:
     """Parameters as :class:`lbpipe.hdl.packet.laps_editor.LapsEditor`."""
 
-    def __init__(self, *, depth=256, user_width=1, laps_port=0xC1A5):
-        check_parameters(depth=depth, user_width=user_width, laps_port=laps_port)
+    def __init__(self, *, depth=256, user_width=1, laps_port=0xC1A5, cut_through=False):
+        check_parameters(depth=depth, user_width=user_width, laps_port=laps_port, cut_through=cut_through)
         self.depth = depth
+        self.cut_through = cut_through
         self.laps_port = laps_port
         self.counts = [0] * N_COUNTERS
 
@@ -86,11 +93,12 @@ class LapsEditor:
 
     def process(self, frame, action):
         """The frames (a list of 0 or 1 ``bytes``) that leave for ``frame`` and its action (a dict of ``LapsEdit``
-        fields; missing fields are 0): none for a frame longer than ``depth`` beats, whatever the action."""
+        fields; missing fields are 0): none for a frame longer than ``depth`` beats, whatever the action
+        (store-and-forward only)."""
         frame = bytes(frame)
         a = {name: int(action.get(name, 0)) for name in
              ("op", "drop", "ipv6", "l3_off", "l4_off", "count", "probe", "ack", "sr_idx", "pid", "time", "anchors")}
-        if len(frame) > self.depth * _BEAT:
+        if not self.cut_through and len(frame) > self.depth * _BEAT:
             self.counts[TOO_LONG] += 1
             return []
         if a["drop"]:
@@ -101,7 +109,7 @@ class LapsEditor:
             self.counts[PASSED] += 1
             return [frame]
         if not edit_applies(op=op, l3_off=a["l3_off"], l4_off=a["l4_off"], count=a["count"], length=len(frame),
-                            depth=self.depth):
+                            depth=None if self.cut_through else self.depth):
             self.counts[REFUSED] += 1
             return [frame]
         out = bytearray(frame)

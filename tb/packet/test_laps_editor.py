@@ -78,8 +78,9 @@ def random_items(rng, n, *, port, size_range=(60, 2000), p_drop=0.1, ops=(0, 1, 
     return items
 
 
-def pcap_trace(seed, n_frames, *, depth, user_width, laps_port):
-    """``lbpipe trace laps-editor``: ``n_frames`` of :func:`random_items` that fit the buffer, ``(frames, actions)``."""
+def pcap_trace(seed, n_frames, *, depth, user_width, laps_port, cut_through=False):
+    """``lbpipe trace laps-editor``: ``n_frames`` of :func:`random_items` that fit the buffer, ``(frames, actions)``
+    (the same in both modes: such frames are edited alike)."""
     rng = random.Random(seed)
     items = random_items(rng, n_frames, port=laps_port, size_range=(60, min(2000, depth * BEAT)))
     return [f for f, _ in items], [a for _, a in items]
@@ -102,13 +103,16 @@ def sized_item(rng, size, op, *, port):
 class TB(AxisBench):
     """Clock, reset, source and sink, an action driver, the golden model and the scoreboard."""
 
-    def __init__(self, dut, *, pauses=None, seed=1, depth=None, port=None):
+    def __init__(self, dut, *, pauses=None, seed=1, depth=None, port=None, cut_through=None):
         super().__init__(dut, seed=seed, pauses=pauses, quiet=True)
         self.depth = depth or int(os.environ.get("LAPS_DEPTH", "64"))
         self.port = port or int(os.environ.get("LAPS_PORT", str(0xC1A5)))
+        self.cut_through = bool(int(os.environ.get("LAPS_CT", "0"))) if cut_through is None else cut_through
         self.user_width = len(dut.s_axis_tuser)
         self.layout = LapsEdit()
-        self.model = Golden(depth=self.depth, user_width=self.user_width, laps_port=self.port)
+        self.model = Golden(depth=self.depth, user_width=self.user_width, laps_port=self.port,
+                            cut_through=self.cut_through)
+        self.pending = deque()      # actions for frames sent without one (``lbpipe bench``)
         self.actions = deque()
         self.expected = deque()
         self.taken = 0
@@ -145,8 +149,9 @@ class TB(AxisBench):
                 offered = True
             dut.act_valid.value = int(offered)
 
-    def send(self, frame, action):
+    def send(self, frame, action=None):
         from cocotbext.axi import AxiStreamFrame
+        action = self.pending.popleft() if action is None else action
         user = self.rng.getrandbits(self.user_width)
         self.actions.append(dict(action))
         self.queued += 1
@@ -231,7 +236,9 @@ async def _random_run(dut, *, pauses, seed):
         tb.send(frame, action)
     errors = await tb.check()
     dut._log.info("counters %s", dict(zip(COUNTER_NAMES, tb.read_stats())))
-    errors += [f"the run never counted {name}" for name, c in zip(COUNTER_NAMES, tb.model.stats()) if not c]
+    # Cut-through never counts a frame too long (there is no buffer to overflow).
+    errors += [f"the run never counted {name}" for name, c in zip(COUNTER_NAMES, tb.model.stats())
+               if not c and not (tb.cut_through and name == "too_long")]
     _fail_on(errors)
 
 
@@ -374,9 +381,9 @@ async def long_frames(dut):
 
 #: Cycles from the edge that takes a frame's last beat on ``s_axis`` to the edge that takes its first beat on
 #: ``m_axis`` (the sink always ready, the editor empty), as docs/packet_io.md states it: the beat FIFO (its write
-#: and registered read, 3) and the ten stages of the editor's latency (pairing, E1, E2, E2b, E2c, E3, E4, the
-#: merge, the output stage writing the output FIFO, the output FIFO's register).
-LAST_IN_TO_FIRST_OUT = 13
+#: and registered read, 3) and the eleven stages of the editor's latency (pairing, pre-shift, E1, E2, E2b, E2c,
+#: E3, E4, the merge, the output stage writing the output FIFO, the output FIFO's register).
+LAST_IN_TO_FIRST_OUT = 14
 
 
 @cocotb.test()
@@ -406,6 +413,106 @@ async def first_beat_latency(dut):
     if bad:
         errors.append(f"latency not {LAST_IN_TO_FIRST_OUT} for (size, op): {bad}")
     _fail_on(errors)
+
+
+#: Cut-through (docs/packet_io.md, "Latency"): cycles from the edge that takes a frame's first beat on ``s_axis`` to
+#: the edge that takes its first beat on ``m_axis``, the frame sent back to back, its action already offered, the
+#: editor empty and the sink always ready. By the datasheet's count: the beat FIFO (its write and registered read,
+#: 2; no length FIFO to wait for, unlike store-and-forward's 3), then the eleven stages of ``latency``. The pairing
+#: register waits for the second beat, which reaches the FIFO's head the edge the first one is taken: no cycle.
+FIRST_IN_TO_FIRST_OUT_CT = 13
+#: The sizes the constant is checked at: the minimum, around one and two beats, 1,500, and 9,216 (jumbo).
+CT_SIZES = (60, 64, 65, 100, 127, 128, 129, 200, 1500, 4096, 9216)
+
+
+@cocotb.test()
+async def ct_latency_constant(dut):
+    """Cut-through: each frame alone, every op, sizes from 60 to 9,216 bytes (longer than the beat FIFO): the
+    cycles from its first beat in to its first beat out are ``FIRST_IN_TO_FIRST_OUT_CT`` for every one of them,
+    and the frames are as golden."""
+    tb = TB(dut, seed=10)
+    assert tb.cut_through, "run with LAPS_CT=1"
+    await tb.reset()
+    rng = random.Random(20)
+    errors, seen = [], {}
+    for size in CT_SIZES:
+        for op in (0, 1, 2, 3):
+            frame, action = sized_item(rng, size, op, port=tb.port)
+            first_in, first_out = len(tb.in_beats), len(tb.out_beats)
+            tb.send(frame, action)
+            errors += await tb.check()
+            ins, outs = tb.in_beats[first_in:], tb.out_beats[first_out:]
+            if not ins or not outs:
+                errors.append(f"{size} bytes, op {op}: {len(ins)} beats in, {len(outs)} out")
+                continue
+            seen[(size, op)] = outs[0][0] - ins[0]
+    bad = {k: v for k, v in seen.items() if v != FIRST_IN_TO_FIRST_OUT_CT}
+    dut._log.info("first beat in to first beat out: %s", sorted(set(seen.values())))
+    if bad:
+        errors.append(f"latency not {FIRST_IN_TO_FIRST_OUT_CT} for (size, op): {bad}")
+    _fail_on(errors)
+
+
+@cocotb.test()
+async def ct_growth_pauses(dut):
+    """Cut-through, idle cycles on ``s_axis`` and back-pressure on ``m_axis``: INSERTs on frames whose last beat
+    spills past a beat boundary (the output one beat longer than the input: the input waits for that beat), and
+    REMOVEs whose last beat empties (one beat shorter), each count of anchors, mixed with UPDATE and PASS, and a
+    9,216-byte INSERT and REMOVE: every frame as golden. By hand, the test counts the frames that cross a boundary
+    (``ceil((n + K) / 64) != ceil(n / 64)``) and requires some of each kind."""
+    tb = TB(dut, pauses=(0.3, 0.4), seed=11)
+    assert tb.cut_through, "run with LAPS_CT=1"
+    await tb.reset()
+    rng = random.Random(21)
+    grew = shrank = 0
+    items = []
+    for size in list(range(50, 140, 3)) + [9216 - 7, 9216]:
+        for op in (2, 3, rng.choice((0, 1))):
+            frame, action = sized_item(rng, size, op, port=tb.port)
+            k = 12 + 4 * action["count"]
+            beats = lambda n: -(-n // BEAT)
+            if op == 2 and beats(size + k) > beats(size):
+                grew += 1
+            if op == 3 and beats(size - k) < beats(size):
+                shrank += 1
+            items.append((frame, action))
+    for frame, action in items:
+        tb.send(frame, action)
+    errors = await tb.check()
+    if grew < 10 or shrank < 10:
+        errors.append(f"only {grew} frames grew and {shrank} shrank across a beat boundary")
+    _fail_on(errors)
+
+
+@cocotb.test()
+async def bench(dut):
+    """``lbpipe bench laps-editor``: for each size of ``LBPIPE_BENCH_SIZES``, INSERTs (one anchor, ``K`` = 16, as
+    the LAPS sender's) on IPv4 frames of that size, one alone then 48 back to back, every frame out checked
+    against the golden model; beats accepted per clock and first-beat latency (alone, and the maximum back to
+    back). Results to ``LBPIPE_BENCH_OUT``."""
+    import json
+    params = json.loads(os.environ["LBPIPE_PARAMS"])
+    tb = TB(dut, seed=1, depth=params["depth"], port=params["laps_port"], cut_through=params["cut_through"])
+    await tb.reset()
+    rng = random.Random(1)
+    golden = Golden(**params)
+    for_model = deque()
+
+    class Model:
+        @staticmethod
+        def process(frame):
+            return golden.process(frame, for_model.popleft())
+
+    def make_frame(size, k):
+        from lbpipe.tb.lib.packets import laps_frame
+        frame = bytes(laps_frame("10.0.0.1", "10.0.0.2", anchors=[], dport=4791))[:42]
+        frame += rng.randbytes(size - len(frame))
+        action = {"tag": k & 0xFFFF, "op": 2, "ipv6": 0, "l3_off": 14, "l4_off": 34, "count": 1, "pid": k & 0xFFFF,
+                  "time": 9, "anchors": 0x0A000001}
+        tb.pending.append(action)
+        for_model.append(action)
+        return frame
+    await tb.size_bench(Model, make_frame, latency=True)
 
 
 @cocotb.test()
