@@ -32,7 +32,7 @@ DATASHEET_LATENCY = {
     "pro-ooo": 8,           # docs/pro_ooo.md: "8 cycles"
     "pro-tx-wire": 47,      # docs/pro_wire.md: "47 cycles (cut-through ...)" first beat in to first beat out
     "pro-nak": 8,           # docs/pro_rx_wire.md: "8 cycles from a NACK event to its frame on m_axis"
-    "laps-tx-wire": 50,     # docs/laps_tx_wire.md: "50 cycles from a one-beat frame's beat in to its first beat out"
+    "laps-tx-wire": 51,     # docs/laps_tx_wire.md: "51 cycles from a one-beat frame's beat in to its first beat out"
     "pro-rx-wire": 1,       # docs/pro_rx_wire.md: "1 cycle first beat in to first beat out"
     "laps-rx-wire": 16,     # docs/laps_rx_wire.md: "16 cycles from a data frame's first beat in to its ACK's"
 }
@@ -51,7 +51,7 @@ DATASHEET_LEVELS = {
     "pro-tx-wire": 6,
     "pro-rx-wire": 6,
     "laps-rx-wire": 6,
-    "laps-tx-wire": 7,      # docs/laps_tx_wire.md: 7 (over budget: PIT to softmax; the LAPS editor's paths within 6)
+    "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6, core and top
 }
 
 

@@ -40,7 +40,7 @@ from lbpipe.hdl.laps.pst import Pst, check_parameters as check_pst
 from lbpipe.hdl.laps.softmax import Softmax
 from lbpipe.hdl.packet.laps_editor import LapsEditor, N_COUNTERS as N_EDITOR, OP_INSERT, OP_PASS
 from lbpipe.hdl.packet.parser import LAPS_PORT, Parser, check_laps_port
-from lbpipe.hdl.lib.stage import counter32, skid
+from lbpipe.hdl.lib.stage import counter32, register_slice, skid
 
 __all__ = ["LapsTxWire", "N_STATS", "TABLE_PST", "TABLE_PIT", "TABLE_SOFTMAX", "TABLE_CLOCK", "check_parameters"]
 
@@ -149,9 +149,9 @@ class LapsTxWire(wiring.Component):
     @property
     def decision_latency(self):
         """Edges from the one that takes a frame's second beat (its only beat, for a one-beat frame) to the one that
-        offers its action to the editor, unthrottled: the parser's early item, the PST, the PIT, the softmax (the
-        skid registers add none)."""
-        return Parser.latency + Pst.latency + Pit.latency + self._softmax.latency
+        offers its action to the editor, unthrottled: the parser's early item, the PST, the PIT, the register slice
+        after the PIT (one), the softmax (the skid registers add none)."""
+        return Parser.latency + Pst.latency + Pit.latency + 1 + self._softmax.latency
 
     @property
     def latency(self):
@@ -163,8 +163,8 @@ class LapsTxWire(wiring.Component):
         return self.decision_latency + 2 + LapsEditor.latency
 
     def elaborate(self, platform):
-        """parser -> (skid) PST -> (skid) fork[PIT, side FIFO] -> (skid) fork[softmax, anchor FIFO] -> (skid) join
-        -> editor; the clock and the ingress-time FIFO beside the parser; ``ctl`` routed by table."""
+        """parser -> (skid) PST -> (skid) fork[PIT, side FIFO] -> (register slice) fork[softmax, anchor FIFO]
+        -> (skid) join -> editor; the clock and the ingress-time FIFO beside the parser; ``ctl`` routed by table."""
         m = Module()
         m.submodules.parser = parser = self._parser
         m.submodules.pst = pst = self._pst
@@ -269,7 +269,8 @@ class LapsTxWire(wiring.Component):
         """The PIT's result (skid) to the softmax (valid and real_val per slot; the pids wait in the side FIFO, so
         the softmax's are 0 and its ``slot`` is used) and the slots' anchors to the anchor FIFO."""
         res = _stream("pit_res", pit.o.payload.shape())
-        skid(m, "pit_res", pit.o.valid, pit.o.payload, pit.o.ready, res)
+        # a register slice, not a skid: the PIT's last stage and the softmax's first would otherwise share a path
+        register_slice(m, "pit_res", pit.o.valid, pit.o.payload, pit.o.ready, res)
         k, r, q, a = self._k, res.payload, softmax.i.payload, anchors.i.payload
         for j in range(k):
             m.d.comb += [getattr(q, f"valid_{j}").eq(getattr(r, f"valid{j}")),

@@ -21,6 +21,25 @@ def skid(m, name, valid, payload, ready, sink):
         m.d.sync += [held.eq(0), free.eq(1)]
 
 
+def register_slice(m, name, valid, payload, ready, sink):
+    """Hand ``payload`` (offered with ``valid``) to the stream ``sink`` through a register slice, driving ``ready``:
+    ``sink``'s valid and payload come straight from flip-flops (no logic between a producer's output and a
+    consumer's first stage) and ``ready`` is a flip-flop too. One clock of latency; one item per clock while ``sink``
+    is ready (a second register catches the item taken in the clock ``sink`` first refuses)."""
+    out_v, spare_v = Signal(name=f"{name}_v"), Signal(name=f"{name}_spare_v")
+    free = Signal(init=1, name=f"{name}_free")                          # free == ~spare_v, its own FF
+    out = Signal.like(payload, name=f"{name}_q", reset_less=True)
+    spare = Signal.like(payload, name=f"{name}_spare", reset_less=True)
+    m.d.comb += [ready.eq(free), sink.valid.eq(out_v), sink.payload.eq(out)]
+    with m.If(sink.ready | ~out_v):
+        with m.If(spare_v):
+            m.d.sync += [out.eq(spare), out_v.eq(1), spare_v.eq(0), free.eq(1)]
+        with m.Else():
+            m.d.sync += [out.eq(payload), out_v.eq(valid)]
+    with m.Elif(valid & free):
+        m.d.sync += [spare.eq(payload), spare_v.eq(1), free.eq(0)]
+
+
 def counter32(m, name, inc):
     """A 32-bit wrapping counter of ``inc`` (1 bit) in two 16-bit halves, the carry registered between them (short
     carry chains); the increment is registered first, so the count trails its event by a clock and the event's

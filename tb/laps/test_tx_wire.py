@@ -422,9 +422,9 @@ async def bench(dut):
         return udp_frame("10.0.0.1", dests[1 + k % 4], size, sport=k & 0xFFFF)
     results = await tb.size_bench(model, make_frame, latency=True)
     assert model.stats()[17] == 0 and model.stats()[20] == 49 * len(results)
-    # The datasheet's figure: decision 7 + 6 + 5 + (16 + ceil(log2 k)) cycles from the second beat, 13 in the
+    # The datasheet's figure: decision 7 + 6 + 5 + 1 + (16 + ceil(log2 k)) cycles from the second beat, 13 in the
     # (cut-through) editor; a frame of n >= 2 beats: decision + 14, whatever n.
-    decision = 7 + 6 + 5 + 16 + (params["k"] - 1).bit_length()
+    decision = 7 + 6 + 5 + 1 + 16 + (params["k"] - 1).bit_length()
     for r in results:
         n = -(-r["size"] // BEAT)
         want = decision + 13 if n == 1 else decision + 14
