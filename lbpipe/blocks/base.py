@@ -135,7 +135,7 @@ class Block:
             raise ValueError(f"{self.name}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"{self.name}: {exc}") from None
-        component._MustUse__silence = True
+        _silence(component)
         return component
 
     @property
@@ -188,3 +188,18 @@ def load(path):
         return getattr(importlib.import_module(module), name)(**params)
     make.__qualname__ = path
     return make
+
+
+def _silence(component, seen=None):
+    """Mark ``component`` and the sub-components it made in its constructor (attributes, lists of them) as used: a
+    block built only to check its parameters is never elaborated, and Amaranth would warn for each of them."""
+    from amaranth.hdl import Elaboratable
+    seen = set() if seen is None else seen
+    if id(component) in seen:
+        return
+    seen.add(id(component))
+    component._MustUse__silence = True
+    for value in vars(component).values():
+        for item in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(item, Elaboratable):
+                _silence(item, seen)
