@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from test_build import _cycle, _edge, amaranth_ports, header_ports, shell_ports, SHELL_PARAMS
+from test_build import _axil_write, _cycle, _edge, _simulate, amaranth_ports, header_ports, shell_ports, SHELL_PARAMS
 from lbpipe.cli import main
 
 H2C, TX, RX, C2H = "s_axis_qdma_h2c", "m_axis_adap_tx_250mhz", "s_axis_adap_rx_250mhz", "m_axis_qdma_c2h"
@@ -86,25 +86,6 @@ def _box(pipeline):
     return Box250(block.build(**params), direction=direction, keeps_frames=pipeline == "pro-rx-wire")
 
 
-def _simulate(box, bench):
-    from amaranth.sim import Simulator
-    sim = Simulator(box)
-    p = box.p
-
-    async def clocks(ctx):
-        while True:
-            for phase in range(4):
-                ctx.set(p["axis_aclk"], phase % 2)
-                ctx.set(p["axil_aclk"], phase // 2)
-                await ctx.delay(2e-9)
-
-    async def testbench(ctx):
-        await bench(ctx, p)
-    sim.add_process(clocks)
-    sim.add_testbench(testbench)
-    sim.run()
-
-
 async def _reset(ctx, p):
     ctx.set(p["mod_rstn"], 0)
     for _ in range(4):
@@ -113,23 +94,6 @@ async def _reset(ctx, p):
     for _ in range(20):
         await _edge(ctx, p["axil_aclk"])
     assert ctx.get(p["mod_rst_done"]) == 1
-
-
-async def _axil_write(ctx, p, addr, value, limit=3000):
-    """One AXI4-Lite write; the response may wait (a pipeline clearing its tables after reset takes commands late)."""
-    clk = p["axil_aclk"]
-    for name, v in (("awvalid", 1), ("awaddr", addr), ("wvalid", 1), ("wdata", value), ("bready", 1)):
-        ctx.set(p[f"s_axil_{name}"], v)
-    for _ in range(limit):
-        awready, wready, bvalid = await _cycle(ctx, clk, p["s_axil_awready"], p["s_axil_wready"], p["s_axil_bvalid"])
-        if awready:
-            ctx.set(p["s_axil_awvalid"], 0)
-        if wready:
-            ctx.set(p["s_axil_wvalid"], 0)
-        if bvalid:
-            ctx.set(p["s_axil_bready"], 0)
-            return
-    raise AssertionError(f"no write response for {addr:#x}")
 
 
 async def _command(ctx, p, cmd):
@@ -406,9 +370,10 @@ def _laps_lengths(rx):
 # pro-rx-wire -------------------------------------------------------------------------------------------------------
 
 def test_pro_rx_box_naks_to_the_network_frames_to_the_host():
-    """A QP's data with a gap (PSN 102 missing, window 8), from the network, while the host sends: every frame reaches the host intact with its
-    own tuser_size and tuser_src; the NAK the golden model sends for the gap leaves on the adapter's TX, whole
-    between the host's frames, which pass intact; ``tmo`` tied idle sends none of its own."""
+    """A QP's data with a gap (PSN 102 missing, window 8), from the network, while the host sends: every frame
+    reaches the host intact with its own tuser_size and tuser_src; the NAK the golden model sends for the gap leaves
+    on the adapter's TX, whole between the host's frames, which pass intact; ``tmo`` tied idle sends none of its
+    own."""
     from lbpipe.sim.pro.rx_wire import ProRxWireModel, RxControlPlane
     from lbpipe.tb.lib.packets import roce_data
     params = SMALL["pro-rx-wire"]

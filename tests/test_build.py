@@ -311,9 +311,13 @@ def _stand_in():
 
 
 def _run_box(direction, bench):
-    from amaranth.sim import Simulator
     from lbpipe.boards.opennic import Box250
-    box = Box250(_stand_in(), direction=direction)
+    _simulate(Box250(_stand_in(), direction=direction), bench)
+
+
+def _simulate(box, bench):
+    """Run ``bench(ctx, ports)`` on ``box`` with the shell's two clocks."""
+    from amaranth.sim import Simulator
     sim = Simulator(box)
     p = box.p
 
@@ -347,11 +351,12 @@ async def _cycle(ctx, clk, *signals):
     return values
 
 
-async def _axil_write(ctx, p, addr, value):
+async def _axil_write(ctx, p, addr, value, limit=3000):
+    """One AXI4-Lite write; the response may wait (a pipeline clearing its tables after reset takes commands late)."""
     clk = p["axil_aclk"]
     ctx.set(p["s_axil_awvalid"], 1); ctx.set(p["s_axil_awaddr"], addr)
     ctx.set(p["s_axil_wvalid"], 1); ctx.set(p["s_axil_wdata"], value); ctx.set(p["s_axil_bready"], 1)
-    for _ in range(100):
+    for _ in range(limit):
         awready, wready, bvalid = await _cycle(ctx, clk, p["s_axil_awready"], p["s_axil_wready"],
                                                p["s_axil_bvalid"])
         if awready:
