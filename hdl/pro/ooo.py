@@ -502,14 +502,9 @@ class Ooo(wiring.Component):
         created = Signal(self._rec, name="created")
         s2b = ev["s2b"]
         m.d.comb += created.eq(Cat(s2b.create, s2b.cpsn, Const(0, 2 + L + b + 1), s2b.cwnd, Const(0, 2)))
-        # the event's own flags, registered here so that S3's cones start from single bits
-        fl.update(ok=Signal(name="s3_ok"), data=Signal(name="s3_data"), tmo=Signal(name="s3_tmo"))
         with m.If(adv):
             m.d.sync += [pb.eq(Mux(s2b.ctl, created, Mux(h["h2"], r["r1"], pa))),
-                         fl["arr"].eq(arrived | (h["h2"] & h["e2"] & r["r1_acc"])),
-                         fl["ok"].eq(s2b.inr & ~s2b.ctl),
-                         fl["data"].eq((s2b.item.kind == PacketKind.DATA) & ~s2b.item.timeout),
-                         fl["tmo"].eq(s2b.item.timeout)]
+                         fl["arr"].eq(arrived | (h["h2"] & h["e2"] & r["r1_acc"]))]
             for c in range(3):
                 m.d.sync += [
                     fl["inb"][c].eq(near & by_offset(c, inb_t)),
@@ -518,6 +513,14 @@ class Ooo(wiring.Component):
                     fl["oh"][c].eq(Mux(near, by_offset(c, [oh0[a:a + L] for a in range(amax + 1)]), 0)),
                     fl["dp1"][c].eq(by_offset(c, dp1_t)),
                 ]
+        if self._ctx:
+            # the event's own flags, registered here so that S3's cones start from single bits (context mode only:
+            # record mode's netlist stays the one measured at 6 levels alone and inside pro-rx-wire)
+            fl.update(ok=Signal(name="s3_ok"), data=Signal(name="s3_data"), tmo=Signal(name="s3_tmo"))
+            with m.If(adv):
+                m.d.sync += [fl["ok"].eq(s2b.inr & ~s2b.ctl),
+                             fl["data"].eq((s2b.item.kind == PacketKind.DATA) & ~s2b.item.timeout),
+                             fl["tmo"].eq(s2b.item.timeout)]
         return dict(pb=pb, **fl)
 
     # -- S3: the step -------------------------------------------------------------------------------------------------
