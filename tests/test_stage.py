@@ -97,3 +97,30 @@ def test_which_outputs_are_flip_flops(stage, registered):
         seen.update({name: before[name] == after[name] for name in before})
     simulate(dut, process)
     assert {name for name, same in seen.items() if same} == registered
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_reset_empties_the_stage(stage):
+    """Both registers full (sink refusing), then reset: right after it, nothing is offered and ``ready`` is high
+    (checked before any new item could fill it), and the held items never come out."""
+    dut = _Stage(stage)
+    seen = {}
+
+    async def process(ctx, rst):
+        ctx.set(dut.o.ready, 0)
+        for value in (0x11, 0x22, 0x33):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, value)
+            await ctx.tick()
+        seen["full"] = (ctx.get(dut.o.valid), ctx.get(dut.i.ready))
+        ctx.set(dut.i.valid, 0)
+        ctx.set(rst, 1)
+        await ctx.tick()
+        ctx.set(rst, 0)
+        seen["after"] = (ctx.get(dut.o.valid), ctx.get(dut.i.ready))
+        ctx.set(dut.o.ready, 1)
+        await ctx.tick()
+        seen["later"] = ctx.get(dut.o.valid)
+    simulate(dut, process)
+    assert seen["full"] == (1, 0)
+    assert seen["after"] == (0, 1) and seen["later"] == 0
