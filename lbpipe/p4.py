@@ -16,14 +16,22 @@ import subprocess
 import tempfile
 import time
 
-__all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "compile_program", "run_switch", "PROGRAMS",
-           "P4_DIR", "load_test", "run_test", "replay"]
+__all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_commands", "compile_program",
+           "run_switch", "PROGRAMS", "P4_DIR", "load_test", "run_test", "replay", "themis_d_params",
+           "themis_d_classes", "compare"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
 
 #: The P4 programs and the lbpipe block whose golden model they follow.
-PROGRAMS = {"themis_tor": "themis-s-wire"}
+PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire"}
+
+#: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
+THEMIS_D_MAX_QPS = 64
+THEMIS_D_MAX_DEPTH = 64
+#: The QP-classifier staging and Themis-D set-up tables (lbpipe.hdl.themis.wire: classifier 0 to 15, Themis-D from
+#: 16, set-up 16 and tear-down 17).
+_THEMIS_D_BASE = 16
 
 _TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
 
@@ -87,6 +95,59 @@ def themis_s_commands(ctl, n_paths):
     return lines
 
 
+def themis_d_params(params):
+    """The ``themis-d-wire`` parameters with their defaults, checked against what p4/themis_d.p4 models; raises
+    ValueError with one line for the others."""
+    full = {"n_qps": 1600, "queue_depth": 100, "n_paths": 256, "entry_bits": 9, "buckets": 4096, "ways": 4,
+            "ipv6": True, "depth": 256}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"themis-d-wire has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.themis.themis_d import check_parameters
+    check_parameters(n_qps=full["n_qps"], queue_depth=full["queue_depth"], n_paths=full["n_paths"],
+                     entry_bits=full["entry_bits"])
+    if full["n_qps"] > THEMIS_D_MAX_QPS or full["queue_depth"] > THEMIS_D_MAX_DEPTH:
+        raise ValueError(f"themis_d.p4 is built for n_qps <= {THEMIS_D_MAX_QPS} and queue_depth <= "
+                         f"{THEMIS_D_MAX_DEPTH} (not {full['n_qps']}, {full['queue_depth']}): raise MAX_QPS/MAX_DEPTH")
+    return full
+
+
+def themis_d_commands(ctl, params):
+    """``simple_switch_CLI`` lines for p4/themis_d.p4 from ``themis-d-wire`` control commands (``lbpipe trace
+    themis-d-wire``'s ``.ctl.jsonl``), applied in order as the golden model applies them: the QP classifier's
+    commands (tables 0 to 15) through lbpipe's classifier model, whose final contents become exact entries (each
+    stored key with the QP a lookup of it returns: the cuckoo placement is the FPGA table's business), and Themis-D's
+    set-up and tear-down (tables 16, 17) as the final set of active QPs below ``n_qps``. The commands must all come
+    before the traffic (as ``lbpipe trace`` writes them): the P4 tables hold their final result."""
+    from .sim.packet.qp_classifier import QpClassifier
+    p = themis_d_params(params)
+    classifier = QpClassifier(n_entries=p["n_qps"], buckets=p["buckets"], ways=p["ways"], ipv6=p["ipv6"])
+    active = set()
+    for cmd in ctl:
+        try:
+            cmd = {"table": int(cmd["table"]), "index": int(cmd["index"]), "data": int(cmd.get("data", 0))}
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"a control command has integer table, index and data, not {cmd!r}") from None
+        if cmd["table"] < _THEMIS_D_BASE:
+            classifier.control(cmd)
+        elif cmd["index"] < p["n_qps"] and cmd["table"] == _THEMIS_D_BASE:
+            active.add(cmd["index"])
+        elif cmd["index"] < p["n_qps"] and cmd["table"] == _THEMIS_D_BASE + 1:
+            active.discard(cmd["index"])
+    bits = p["entry_bits"]
+    lines = [f"table_set_default themis_d_config set_config {p['n_paths']} {p['queue_depth']} "
+             f"{(1 << bits) - 1} {1 << (bits - 1)}", "mirroring_add 1 1"]
+    keys = sorted({slot[0] for way in classifier.slots for slot in way if slot is not None})
+    for key in keys:
+        hit, qp = classifier.lookup(key)
+        if hit:
+            lines.append(f"table_add qp_classifier set_qp {key.qpn:#x} {key.dir} {key.ipv6} {key.local:#x} "
+                         f"{key.remote:#x} => {qp}")
+    lines += [f"table_add qp_active set_active {q} =>" for q in sorted(active)]
+    return lines
+
+
 def compile_program(program, out_dir, tools=None):
     """Compile ``program`` (a .p4 path) with p4c-bm2-ss; returns the JSON's path. Raises RuntimeError on errors."""
     tools = tools or find_toolchain()
@@ -121,19 +182,23 @@ def _pcap_count(path):
 
 
 def run_switch(json_path, frames, commands, *, tools=None, expect=None, start_delay=5.0, settle=2.0, grace=15.0,
-               timeout=120.0):
+               timeout=120.0, after=None, spacing=None):
     """Run ``simple_switch`` on ``frames`` (into port 0) with ``commands`` loaded through ``simple_switch_CLI``;
     returns the frames that left on port 1, in order.
 
     The switch waits ``start_delay`` seconds before reading its input files, and the commands are loaded in that
     window (checked: a slower load raises RuntimeError, since frames would have met an empty table). It is stopped
     with SIGTERM once port 1's file holds ``expect`` frames, or has not grown for ``settle`` seconds (``grace``
-    seconds while it is still empty), or after ``timeout`` seconds."""
+    seconds while it is still empty), or after ``timeout`` seconds. With ``after`` (simple_switch_CLI commands, e.g.
+    ``register_read``), returns ``(frames, the CLI's output for them)``, run before the switch is stopped."""
     from .trace import read_pcap, write_pcap
     tools = tools or find_toolchain()
     with tempfile.TemporaryDirectory(prefix="lbpipe-bmv2-") as tmp:
         tmp = pathlib.Path(tmp)
-        write_pcap(tmp / "port0_in.pcap", frames)
+        if spacing is None:
+            write_pcap(tmp / "port0_in.pcap", frames)
+        else:
+            _write_spaced(tmp / "port0_in.pcap", frames, spacing)
         write_pcap(tmp / "port1_in.pcap", [])
         port = _free_port()
         log = open(tmp / "switch.log", "w")
@@ -157,6 +222,10 @@ def run_switch(json_path, frames, commands, *, tools=None, expect=None, start_de
                     break
                 if switch.poll() is not None:
                     raise RuntimeError(f"simple_switch exited with {switch.returncode} (log {tmp / 'switch.log'})")
+            if after is not None:
+                done = subprocess.run([str(tools / "simple_switch_CLI"), "--thrift-port", str(port)],
+                                      input="".join(c + "\n" for c in after), capture_output=True, text=True)
+                after_out = done.stdout
         finally:
             switch.send_signal(signal.SIGTERM)
             try:
@@ -165,7 +234,20 @@ def run_switch(json_path, frames, commands, *, tools=None, expect=None, start_de
                 switch.kill()
                 switch.wait()
             log.close()
-        return read_pcap(out) if _pcap_count(out) else []
+        frames_out = read_pcap(out) if _pcap_count(out) else []
+        return frames_out if after is None else (frames_out, after_out)
+
+
+def _write_spaced(path, frames, spacing):
+    """A pcap file of ``frames`` whose timestamps are ``spacing`` seconds apart (bmv2's file interface sends each
+    frame at its timestamp, relative to the first)."""
+    import struct
+    step = round(spacing * 1_000_000)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, frame in enumerate(frames):
+            t = i * step
+            f.write(struct.pack("<IIII", t // 1_000_000, t % 1_000_000, len(frame), len(frame)) + bytes(frame))
 
 
 def _load(tools, port, commands, switch, deadline):
@@ -204,18 +286,77 @@ def load_test(name):
             "frames": read_pcap(where / "packets_in.pcap"), "expected": read_pcap(where / "packets_out.pcap")}
 
 
-def run_test(name, tools=None, json_path=None):
+def _run(json_path, frames, commands, tools, expect, stats):
+    """run_switch, reading themis_d.p4's diagnostics into ``stats`` (a dict) when given."""
+    if stats is None:
+        return run_switch(json_path, frames, commands, tools=tools, expect=expect)
+    out, text = run_switch(json_path, frames, commands, tools=tools, expect=expect,
+                           after=["register_read r_stats"])
+    for line in text.splitlines():
+        if "r_stats=" in line:
+            values = [int(v) for v in line.split("=", 1)[1].split(",")]
+            stats.update(nack_scans=values[0], nack_passes=values[1], pushed_behind=values[2])
+    return out
+
+
+def run_test(name, tools=None, json_path=None, stats=None):
     """Compile the test's program (unless ``json_path`` is its compiled JSON), run it on the test's input with its
-    entries; returns ``(test, frames out)``."""
+    entries; returns ``(test, frames out)``. ``stats`` (a dict, themis_d.p4 only) receives the program's
+    diagnostics: ``nack_scans``, ``nack_passes`` (extra passes of NACKs), ``pushed_behind`` (recirculations of
+    frames behind a busy QP)."""
     test = load_test(name)
     tools = tools or find_toolchain()
     if json_path is not None:
-        return test, run_switch(json_path, test["frames"], test["commands"], tools=tools,
-                                expect=len(test["expected"]))
+        return test, _run(json_path, test["frames"], test["commands"], tools, len(test["expected"]), stats)
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
         json_path = compile_program(test["program"], tmp, tools)
-        out = run_switch(json_path, test["frames"], test["commands"], tools=tools, expect=len(test["expected"]))
+        out = _run(json_path, test["frames"], test["commands"], tools, len(test["expected"]), stats)
     return test, out
+
+
+def themis_d_classes(frames, params, ctl):
+    """For each frame, the QP whose order themis_d.p4 keeps (a data frame or NACK of a set-up QP, by the golden
+    model's classifier after ``ctl``), or None (every other frame)."""
+    from .hdl.lib.meta import PacketKind
+    from .sim.packet.parser import parse
+    from .sim.themis.wire import ThemisDWireModel
+    model = ThemisDWireModel(**themis_d_params(params))
+    for cmd in ctl:
+        model.control(cmd)
+    out = []
+    for frame in frames:
+        meta = parse(bytes(frame))
+        item = {k: meta[k] for k in ("kind", "ipv6", "src_ip", "dst_ip", "dqpn", "psn", "msn", "tag")}
+        hit = model.classifier.process(item)
+        qp = hit["qp"] if hit["qp_hit"] else None
+        kinds = (PacketKind.DATA.value, PacketKind.NACK.value)
+        if qp is not None and item["kind"] in kinds and qp < model.themis.n_qps and model.themis.flows[qp].active:
+            out.append(qp)
+        else:
+            out.append(None)
+    return out
+
+
+def compare(block, params, ctl, expected, out):
+    """None when ``out`` (bmv2's frames) is what the golden model sent (``expected``) as the program models it, else
+    one line saying how it differs. themis-s-wire: byte for byte, in order. themis-d-wire: the same frames, and
+    byte for byte in order within each QP and among the frames of no QP; frames of different QPs may leave in
+    another interleaving, since a recirculated NACK and the frames pushed behind it leave later (p4/README.md)."""
+    if len(out) != len(expected):
+        return f"bmv2 sent {len(out)} frames, the golden model {len(expected)}"
+    if block != "themis-d-wire":
+        wrong = [i for i, (a, b) in enumerate(zip(out, expected)) if a != b]
+        return f"{len(wrong)} frames differ, first #{wrong[0]}" if wrong else None
+    if sorted(out) != sorted(expected):
+        return "bmv2 sent other frames than the golden model"
+    got, want = themis_d_classes(out, params, ctl), themis_d_classes(expected, params, ctl)
+    for qp in sorted(set(want), key=lambda q: -1 if q is None else q):
+        a = [f for f, c in zip(out, got) if c == qp]
+        b = [f for f, c in zip(expected, want) if c == qp]
+        if a != b:
+            first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            return f"{'QP ' + str(qp) if qp is not None else 'frames of no QP'}: order differs at its frame #{first}"
+    return None
 
 
 def replay(block, params, frames, ctl, tools=None):
@@ -224,10 +365,18 @@ def replay(block, params, frames, ctl, tools=None):
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
-    if params.get("cut_through", True) is not True or params.get("fcs", False) is not False:
-        raise ValueError(f"{programs[block]}.p4 models {block} with cut_through=true and fcs=false only")
+    if block == "themis-d-wire":
+        full = themis_d_params(params)
+        longest = max((len(f) for f in frames), default=0)
+        if longest > 64 * full["depth"]:
+            raise ValueError(f"themis_d.p4 does not cut frames longer than depth x 64 = {64 * full['depth']} bytes "
+                             f"(a frame of {longest})")
+        commands = themis_d_commands(ctl, params)
+    else:
+        if params.get("cut_through", True) is not True or params.get("fcs", False) is not False:
+            raise ValueError(f"{programs[block]}.p4 models {block} with cut_through=true and fcs=false only")
+        commands = themis_s_commands(ctl, params.get("n_paths", 256))
     tools = tools or find_toolchain()
-    commands = themis_s_commands(ctl, params.get("n_paths", 256))
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
         json_path = compile_program(P4_DIR / f"{programs[block]}.p4", tmp, tools)
         return run_switch(json_path, frames, commands, tools=tools, expect=len(frames))

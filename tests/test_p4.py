@@ -7,11 +7,18 @@ pcap with the commands loaded, and compare its output byte for byte with the gol
 every frame that came in with a valid ICRC must leave with one (tb/lib/packets.py ``icrc``, zlib) and every sprayed
 frame's new UDP source port is re-derived here from the control commands and Equation 1.
 
+Themis-D (themis_d.p4, tests ``themis-d-*``): bmv2's frames are the golden model's byte for byte, in its order within
+each QP (recirculation may interleave QPs otherwise: p4/README.md); the NACK scans' extra passes are re-derived from
+the golden model's scan lengths; and the closed loop's NACK properties (sim/themis/net.py) are checked on the fates
+of the frames read off bmv2's output.
+
 The toolchain is found by :func:`lbpipe.p4.find_toolchain` (PATH, ~/.cache/lbpipe-p4, or installed there from
 ../shared/tools/p4); without it these tests skip with one line saying why.
 """
 
 import importlib.util
+import json
+import math
 import os
 import pathlib
 import struct
@@ -21,12 +28,21 @@ import sys
 import pytest
 
 from lbpipe import p4
-from lbpipe.sim.themis.wire import ThemisSWireModel
+from lbpipe.hdl.lib.meta import PacketKind
+from lbpipe.sim.packet.parser import parse
+from lbpipe.sim.themis.themis_d import Verdict
+from lbpipe.sim.themis.net import check_properties
+from lbpipe.sim.themis.wire import ThemisDWireModel, ThemisSWireModel
+from lbpipe.tb.themis.test_themis_d_wire import closed_loop_traffic
 from lbpipe.tb.lib import packets as pk
 from lbpipe.trace import read_events, read_pcap
 
 P4 = pathlib.Path(__file__).resolve().parent.parent / "p4"
-TESTS = sorted(d.name[5:] for d in (P4 / "sim").glob("test-*"))
+ALL_TESTS = sorted(d.name[5:] for d in (P4 / "sim").glob("test-*"))
+#: Themis-S tests (themis_tor.p4) and Themis-D tests (themis_d.p4).
+TESTS = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+         == "themis-s-wire"]
+TESTS_D = [n for n in ALL_TESTS if n not in TESTS]
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +158,148 @@ def test_bmv2_matches_golden(name, tools, compiled):
     assert rewritten > 0
 
 
+# -- Themis-D (themis_d.p4) ----------------------------------------------------------------------------------------
+
+def _golden_d(frames, ctl, params):
+    """The golden model's output frames and, per input frame, its Themis-D result; and the model."""
+    model = ThemisDWireModel(**params)
+    for cmd in ctl:
+        model.control(cmd)
+    out, results = [], []
+    for frame in frames:
+        result = model.decide(frame)
+        results.append(result)
+        out += model.comp.process(frame, {"tag": result["tag"], "drop": result["drop"], "record": result["arm"],
+                                          "comp": result["comp"], "qp": result["qp"]})
+    return out, results, model
+
+
+def _qp_of(model):
+    """The QP whose frames must keep their order (data and NACKs of set-up QPs, by the golden classifier), else
+    None: re-derived here from the frame's bytes."""
+    def qp_of(frame):
+        meta = parse(frame)
+        if meta["kind"] not in (PacketKind.DATA.value, PacketKind.NACK.value):
+            return None
+        hit = model.classifier.process({k: meta[k] for k in ("kind", "ipv6", "src_ip", "dst_ip", "dqpn")})
+        if not hit["qp_hit"] or hit["qp"] >= model.themis.n_qps or not model.themis.flows[hit["qp"]].active:
+            return None
+        return hit["qp"]
+    return qp_of
+
+
+def test_themis_d_commands_from_ctl():
+    """Hand-worked: the classifier's final keys become exact entries with their QP (a key inserted, one deleted),
+    the last set-up or tear-down of a QP wins, indices at or above n_qps are ignored, the config line carries N,
+    the depth and entry_bits as a mask and half range; parameters the program does not model are refused."""
+    from lbpipe.sim.packet.qp_classifier import QpTable
+    params = dict(n_qps=4, queue_depth=8, n_paths=5, entry_bits=7, buckets=16, ways=2, ipv6=True, depth=256)
+    table = QpTable(n_entries=4, buckets=16, ways=2)
+    ctl = table.add_qp("10.0.0.1", "10.0.0.2", 0x11, 0x22, 1)
+    ctl += table.add_qp("fd00::1", "fd00::2", 0x33, 0x44, 2)
+    ctl += table.remove_qp(2)
+    ctl += [{"table": 16, "index": 1, "data": 0}, {"table": 16, "index": 3, "data": 0},
+            {"table": 17, "index": 3, "data": 0}, {"table": 16, "index": 4, "data": 0},
+            {"table": 16, "index": 2, "data": 0}]
+    lines = p4.themis_d_commands(ctl, params)
+    assert lines[:2] == ["table_set_default themis_d_config set_config 5 8 127 64", "mirroring_add 1 1"]
+    assert "table_add qp_classifier set_qp 0x11 0 0 0xa000001 0x0 => 1" in lines
+    assert "table_add qp_classifier set_qp 0x22 1 0 0xa000001 0xa000002 => 1" in lines
+    six = [line for line in lines if " 0x33 0 1 " in line or " 0x44 1 1 " in line]
+    assert not six
+    assert [line for line in lines if "qp_active" in line] == ["table_add qp_active set_active 1 =>",
+                                                                "table_add qp_active set_active 2 =>"]
+    for bad in (dict(n_qps=65), dict(queue_depth=100), dict(entry_bits=1), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.themis_d_commands([], dict(params, **bad))
+
+
+@pytest.mark.parametrize("name", TESTS_D)
+def test_themis_d_stored_files_match_golden(name):
+    """commands.txt comes from ctl.jsonl through lbpipe/p4.py, packets_out.pcap from the golden model."""
+    test = p4.load_test(name)
+    ctl = _ctl(name)
+    assert test["commands"] == p4.themis_d_commands(ctl, test["params"])
+    assert test["expected"] == _golden_d(test["frames"], ctl, test["params"])[0]
+
+
+@pytest.mark.parametrize("name", TESTS_D)
+def test_themis_d_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs themis_d.p4 on the test's frames: the golden model's frames byte for byte, in the golden model's
+    order within each QP and among the frames of no QP (across QPs a recirculated NACK and the frames pushed
+    behind it may leave later: p4/README.md); blocked NACKs dropped and compensation NACKs sent as the golden model
+    does; and the NACK scans took the passes the golden model's scan lengths call for (K = 4 entries a pass)."""
+    stats = {}
+    test, out = p4.run_test(name, tools, compiled[P4 / "themis_d.p4"], stats=stats)
+    ctl = _ctl(name)
+    expected, results, model = _golden_d(test["frames"], ctl, test["params"])
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    assert sorted(out) == sorted(expected), "bmv2 sent other frames than the golden model"
+    qp_of = _qp_of(model)
+    got, want = [qp_of(f) for f in out], [qp_of(f) for f in expected]
+    for qp in set(want):
+        a = [f for f, q in zip(out, got) if q == qp]
+        b = [f for f, q in zip(expected, want) if q == qp]
+        assert a == b, f"QP {qp}: bmv2's frames leave in another order than the golden model's"
+    nacks = [r for r in results if r["verdict"] >= Verdict.NACK_VALID]
+    assert stats["nack_scans"] == len(nacks)
+    extra = sum(math.ceil(r["scanned"] / 4) - 1 for r in nacks if r["scanned"] and not r["out_of_range"])
+    assert stats["nack_passes"] == extra
+    assert model.comp.stats()[0] > 0 and any(r["comp"] for r in results), "the trace must drop and compensate"
+    # The closed loop's NACK properties (sim/themis/net.py check_properties: P0 well-formed, P1 only NACKs of lost
+    # packets reach the sender, P2 a lost packet's NACK reaches it by the next packet on its path) on bmv2's frames.
+    spec = json.loads((P4 / "sim" / f"test-{name}" / "test.json").read_text())["trace"]
+    if spec is None:
+        return      # hand-picked frames: no closed loop behind them
+    _, frames, scenario = closed_loop_traffic(
+        spec["seed"], packets_per_flow=max(1, round(spec["n_frames"] / 4 / 1.13)), params=test["params"])
+    assert frames == test["frames"]
+    decisions = _decisions(test["frames"], out, qp_of)
+    for d, event in zip(decisions, scenario.items):
+        d["tag"] = event["item"]["tag"]     # frames carry no tag: one decision per input frame, in order
+    violations = check_properties(scenario, decisions)
+    # With narrow entries the golden model forwards out-of-range NACKs by design (sim/themis/themis_d.py): the
+    # only violations allowed are P1 for those, the very ones the golden model's own decisions show.
+    assert violations == check_properties(scenario, results)
+    allowed = {f"item {i} " for i, r in enumerate(results) if r["out_of_range"]}
+    assert all(v.startswith("P1: ") and v[4:].split("(")[0] in allowed for v in violations), violations
+
+
+def _decisions(frames, out, qp_of):
+    """Each input frame's fate read off bmv2's output (whose per-QP order is the arrival order, checked above): in
+    ``check_properties``' fields, ``drop`` when the frame did not leave, ``comp``/``comp_psn`` when a NACK that is
+    not the QP's next input frame left right after it."""
+    by_qp = {}
+    for frame in out:
+        by_qp.setdefault(qp_of(frame), []).append(frame)
+    at = {}
+    qps = [qp_of(f) for f in frames]
+    decisions = []
+    for i, frame in enumerate(frames):
+        q = qps[i]
+        seq, k = by_qp.get(q, []), at.get(q, 0)
+        left = k < len(seq) and seq[k] == frame
+        k += left
+        # The QP's next input frames up to its next data frame: a NACK among them may leave next.
+        upcoming = []
+        for f, c in zip(frames[i + 1:], qps[i + 1:]):
+            if c == q:
+                if pk.classify(f)["kind"] == PacketKind.DATA.value:
+                    break
+                upcoming.append(f)
+        d = {"drop": int(not left), "comp": 0, "comp_psn": 0}
+        meta = pk.classify(frame) if q is not None else None
+        if meta is not None and meta["kind"] == PacketKind.DATA.value and k < len(seq) and seq[k] not in upcoming:
+            nack = pk.classify(seq[k])
+            if nack["kind"] == PacketKind.NACK.value:
+                d.update(comp=1, comp_psn=nack["psn"])
+                k += 1
+        at[q] = k
+        decisions.append(d)
+    assert all(at.get(q, 0) == len(seq) for q, seq in by_qp.items()), "frames out that no input frame explains"
+    return decisions
+
+
 def test_cli_p4_test_bad_name():
     """``lbpipe p4 test`` with an unknown test: one line, exit status 2."""
     done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "p4", "test", "no-such-test"], capture_output=True,
@@ -154,7 +312,11 @@ def test_replay_rejects_what_the_program_does_not_model():
     """p4.replay: a block without a P4 program, and parameters the program does not model, raise before any tool
     runs; the CLI says so in one line."""
     with pytest.raises(ValueError, match="no P4 program"):
+        p4.replay("themis-s", {}, [], [])
+    with pytest.raises(ValueError, match="n_qps <= 64 and queue_depth <= 64"):
         p4.replay("themis-d-wire", {}, [], [])
+    with pytest.raises(ValueError, match="longer than depth"):
+        p4.replay("themis-d-wire", dict(n_qps=8, queue_depth=40, depth=2), [bytes(129)], [])
     for params in ({"cut_through": False}, {"fcs": True}):
         with pytest.raises(ValueError, match="cut_through=true and fcs=false"):
             p4.replay("themis-s-wire", dict(params, n_paths=8), [], [])

@@ -1,7 +1,7 @@
 """Writes the P4 test directories p4/sim/test-<name>/ (run from the repository root: python p4/sim/make_tests.py).
 
 Each directory holds what the test needs, the inputs first:
-  ctl.jsonl         lbpipe control commands ({"ctl": {...}} lines, as `lbpipe trace themis-s-wire` writes them)
+  ctl.jsonl         lbpipe control commands ({"ctl": {...}} lines, as `lbpipe trace BLOCK` writes them)
   test.json         the program and the golden model's parameters
   packets_in.pcap   frames into the switch (port 0)
   commands.txt      simple_switch_CLI commands, from ctl.jsonl by lbpipe/p4.py (the same source as the FPGA ctl)
@@ -15,9 +15,10 @@ import pathlib
 import struct
 import sys
 
-from lbpipe.p4 import themis_s_commands
-from lbpipe.sim.themis.wire import ThemisSWireModel
+from lbpipe.p4 import themis_d_commands, themis_s_commands
+from lbpipe.sim.themis.wire import ThemisDWireModel, ThemisSWireModel
 from lbpipe.tb.lib import packets as pk
+from lbpipe.tb.themis import test_themis_d_wire as dwire
 from lbpipe.tb.themis.test_themis_s_wire import pcap_trace
 from lbpipe.trace import write_events, write_pcap
 
@@ -146,12 +147,99 @@ def write_test(name, frames, ctl, n_paths, note):
     sys.stdout.write(f"{where}: {len(frames)} frames\n")
 
 
+def expected_d(frames, ctl, params):
+    model = ThemisDWireModel(**params)
+    for cmd in ctl:
+        model.control(cmd)
+    return [f for frame in frames for f in model.process(frame)]
+
+
+def write_test_d(name, frames, ctl, params, note, trace):
+    where = HERE / f"test-{name}"
+    where.mkdir(exist_ok=True)
+    write_events(where / "ctl.jsonl", [{"ctl": c} for c in ctl])
+    (where / "test.json").write_text(json.dumps({"program": "themis_d.p4", "block": "themis-d-wire",
+                                                 "params": params, "note": note, "trace": trace}, indent=2) + "\n")
+    write_pcap(where / "packets_in.pcap", frames)
+    (where / "commands.txt").write_text("".join(c + "\n" for c in themis_d_commands(ctl, params)))
+    write_pcap(where / "packets_out.pcap", expected_d(frames, ctl, params))
+    sys.stdout.write(f"{where}: {len(frames)} frames\n")
+
+
+EDGE_D_PARAMS = dict(n_qps=4, queue_depth=8, n_paths=2, entry_bits=8, buckets=16, ways=2, ipv6=True, depth=256)
+
+
+def edge_d():
+    """Hand-picked Themis-D cases, N = 2, 8 entries of 8 bits: ``(commands, frames)``. QP 0 (IPv4): the paper's
+    Figure 4c (NACK 2 blocked by tPSN 3, compensated by 4), a stale NACK, a NACK after its queue was consumed; QP 1
+    (VLAN): a blocked NACK too long to keep (compensation missed), a compensation disarmed by ePSN's own packet, a
+    late NACK; QP 2 (IPv6): a NACK on an empty queue, PSNs across the 2^24 wrap, the ring overwritten; QP 3 set up
+    then torn down (passes untouched); an index at n_qps ignored."""
+    import random
+    rng = random.Random(7)
+    qps = [dwire.Qp(q) for q in range(4)]
+    p = EDGE_D_PARAMS
+    cmds = dwire.setup_commands(qps, n_qps=p["n_qps"], buckets=p["buckets"], ways=p["ways"], ipv6=p["ipv6"])
+    cmds += [{"table": 17, "index": 3, "data": 0}, {"table": 16, "index": 4, "data": 0}]
+    q0, q1, q2, q3 = qps
+    frames = []
+
+    def data(qp, *psns):
+        frames.extend(bytes(qp.data(psn, rng)) for psn in psns)
+
+    def nack(qp, epsn, msn=1, trailer=b""):
+        frames.append(bytes(qp.nack(epsn, msn)) + trailer)
+
+    data(q0, 0, 1, 3)
+    nack(q0, 2, 7)
+    data(q0, 5, 4, 6)
+    nack(q0, 1, 2)
+    data(q0, 8, 10)
+    nack(q0, 9, 3)
+    nack(q0, 7, 4)
+    data(q0, 9, 11)
+    data(q1, 10, 11, 13)
+    nack(q1, 12, 5, trailer=bytes(70))
+    data(q1, 14, 16, 17, 19)
+    nack(q1, 18, 6)
+    data(q1, 18, 20, 22, 21, 23)
+    nack(q1, 21, 7)
+    nack(q2, 100, 1)
+    data(q2, (1 << 24) - 3, (1 << 24) - 2, (1 << 24) - 1, 0, 2)
+    nack(q2, 1, 8)
+    data(q2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 13)
+    nack(q2, 13, 9)
+    data(q3, 1, 3)
+    nack(q3, 2, 1)
+    return cmds, frames
+
+
+def themis_d_tests():
+    """``lbpipe trace themis-d-wire`` traces (closed-loop runs on four QPs with foreign and malformed frames) at
+    parameters themis_d.p4 takes."""
+    base = dict(dwire.WIRE_PARAMS)
+    for name, seed, extra, note in (
+            ("themis-d-mixed", 3, {}, "the testbench's parameters (N = 3, 40 entries of 10 bits, 8 QPs)"),
+            ("themis-d-n8", 4, dict(n_paths=8, entry_bits=6), "N = 8, 6-bit entries: out-of-range NACKs"),
+            ("themis-d-n64", 3, dict(n_paths=64, queue_depth=64, entry_bits=24, n_qps=16, buckets=16, ways=4),
+             "N = 64, 64 full-PSN entries, 16 QPs")):
+        params = dict(base, **extra)
+        cmds, frames = dwire.pcap_trace(seed, 300, **params)
+        flags = " ".join(f"--param {k}={str(v).lower()}" for k, v in params.items())
+        write_test_d(name, frames, cmds, params, f"lbpipe trace themis-d-wire {flags} --seed {seed} -n 300: {note}",
+                     {"seed": seed, "n_frames": 300})
+    cmds, frames = edge_d()
+    write_test_d("themis-d-edge", frames, cmds, dict(EDGE_D_PARAMS), "hand-picked frames, N = 2 (make_tests.py edge_d)",
+                 None)
+
+
 def main():
     cmds, frames = pcap_trace(1, 300, n_paths=8, depth=256)
     write_test("themis-mixed", frames, cmds, 8, "lbpipe trace themis-s-wire --param n_paths=8 --seed 1 -n 300")
     cmds, frames = pcap_trace(2, 120, n_paths=256, depth=256)
     write_test("themis-n256", frames, cmds, 256, "lbpipe trace themis-s-wire --seed 2 -n 120 (N = 256)")
     write_test("themis-edge", edge_frames(), edge_ctl(), 3, "hand-picked frames, N = 3 (make_tests.py)")
+    themis_d_tests()
 
 
 if __name__ == "__main__":
