@@ -140,6 +140,27 @@ def _pro_rr_packets(params, n=2000):
     return events
 
 
+def _flb_route_packets(params, n=2000):
+    """One packet every clock: 64 flows toward 4 destinations, time advancing one tick every 8 packets, after
+    the delays are set (spread so that flows reroute: a command mid-run would drain the pipeline)."""
+    import random
+    from lbpipe.sim.flb.route import TABLE_DELAY
+    rng = random.Random(1)
+    nd, n_p, nf = min(4, params["n_dests"]), params["n_paths"], params["n_flows"]
+    db, tb = params["delay_bits"], params["time_bits"]
+    events = []
+    flows = [(f * 977) % nf for f in range(min(64, nf))]
+    for dst in range(nd):
+        for q in range(n_p):
+            events.append({"ctl": {"table": TABLE_DELAY, "index": dst << 4 | q,
+                                   "data": rng.randrange(min(1 << db, 64))}})
+    for t in range(n):
+        f = flows[rng.randrange(len(flows))]
+        events.append({"item": {"kind": 1, "flow": f, "dest": f % nd, "now": (t // 8) % (1 << tb),
+                                "tag": t & 0xFFFF}})
+    return events
+
+
 def _pro_ooo_events(params, n=2000):
     """One event every clock: 8 QPs, each one's packets reordered within a few PSNs and 1% lost, back to back."""
     import random
@@ -174,6 +195,7 @@ BENCHES = {
     "laps-loss": [("one send + one ACK every clock, 8 paths, 1 in 16 lost", lambda p: (p, _laps_loss_slots(p)))],
     "pro-rr": [("one packet every clock, 32 QPs to 4 ToRs", lambda p: (p, _pro_rr_packets(p)))],
     "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
+    "flb-route": [("one packet every clock, 64 flows to 4 destinations", lambda p: (p, _flb_route_packets(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

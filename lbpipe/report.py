@@ -43,6 +43,7 @@ SCALE = {
     "pro-ooo": ({"n_qps": lambda n: n}, SIZES),
     # 16 entries per path ring: 16K paths is 384 RAMB36 (19% of the U280); 64K would take three quarters of it.
     "laps-loss": ({"n_paths": lambda n: n}, SIZES[:3]),
+    "flb-route": ({"n_flows": lambda n: n}, SIZES),
 }
 
 

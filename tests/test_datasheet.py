@@ -35,6 +35,7 @@ DATASHEET_LATENCY = {
     "laps-tx-wire": 51,     # docs/laps_tx_wire.md: "51 cycles from a one-beat frame's beat in to its first beat out"
     "pro-rx-wire": 1,       # docs/pro_rx_wire.md: "1 cycle first beat in to first beat out"
     "laps-rx-wire": 16,     # docs/laps_rx_wire.md: "16 cycles from a data frame's first beat in to its ACK's"
+    "flb-route": 7,         # docs/flb_route.md: "7 cycles"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -52,6 +53,7 @@ DATASHEET_LEVELS = {
     "pro-rx-wire": 6,
     "laps-rx-wire": 6,
     "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6, core and top
+    "flb-route": 6,         # docs/flb_route.md: 6, core and top
 }
 
 

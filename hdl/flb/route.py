@@ -1,0 +1,430 @@
+"""FLB source edge switch: per-packet path decision, rerouting without reordering (FLB: section 3.1, Algorithm 1,
+section 3.2's isolated paths, section 3.4, Table 1; datasheet docs/flb_route.md).
+
+Per flow (the flow index, for example the CRC16 of the 5-tuple that the parser layer computes, as the paper's
+16-bit flow ID) the flow table holds a valid bit, the time stamp of the flow's previous packet (in ticks of the
+switch's timer) and its selected path. Per destination edge switch the path delay table holds each path's queueing
+delay (ticks, written through ``ctl``), and the isolation table the set of isolated paths (``ctl``).
+
+Algorithm 1, one decision per clock: a new flow (no entry, or an entry idle for ``timeout`` ticks or more) takes the
+minimum-delay path outside the isolated set; an existing flow on path ``p`` with gap ``dt`` since its previous
+packet moves to the fastest path ``p'`` outside the isolated set with ``0 < delay(p) - delay(p') < dt``, else stays.
+
+Pipeline (one register stage per cycle, all moved by one ``adv``; latency 7)::
+
+    S0 accept        S1          S2            S3              S4              S5               S6 compute  S7 out
+    i or ctl ------> RAM data -> stamp bank -> gap, pairwise -> window and  -> per current   -> forward,  -> o
+    stamp R/W,       (banks     select,       differences,    order bits,     path p its       pick by p,
+    delay/iso read,  registered eligible set  path read       existing flow,  next path; path  path write
+    ctl write        at S2)                   (every bank)    path banks reg. bank select
+
+The aging metric of the paper (reset by each packet, incremented by a periodic timer) is kept as the equivalent
+time stamp: the table stores the tick of the flow's previous packet and the gap is ``now - stamp`` modulo
+``2**time_bits``. The stamp is written at S0 with the packet's own ``now`` (known on entry), so a packet of the same
+flow one clock later already reads it: no forwarding. Only the path is computed late; the path table is read at
+S3 and written at S6, and the three operations between are forwarded from their result registers (S7, S8, S9).
+Every decision that depends on the current path is computed for all ``n_paths`` possible current paths at S5, so
+S6 only picks one. The flow tables are banks of one block RAM each; every memory output goes straight into a
+register, and the bank select comes one stage after it.
+
+Choices where the paper is silent (all in the datasheet): time stamps instead of an aging counter (aliasing
+after ``2**time_bits`` idle ticks); the isolated set per destination, ignored when it holds every path; an
+existing flow on a path that became isolated moves to the new-flow choice at once; ties go to the lowest path
+index; items whose flow or destination is out of range pass with ``ok`` 0 and change nothing; every item kind is
+routed; reset sweeps the flow table (inputs not ready meanwhile) and keeps the delay and isolation tables.
+"""
+
+from amaranth import Array, C, Cat, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from lbpipe.hdl.lib.control import ControlSignature, check_int
+from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
+
+__all__ = ["Route", "RouteItem", "RouteResult", "check_parameters", "TABLE_DELAY", "TABLE_ISOLATE",
+           "PATH_FIELD_BITS"]
+
+TABLE_DELAY = 0     # index = dest << 4 | path, data = queueing delay in ticks (< 2**delay_bits)
+TABLE_ISOLATE = 1   # index = dest, data = isolated-path mask (bit p: path p; < 2**n_paths)
+PATH_FIELD_BITS = 4  # the path's field in a delay command's index
+
+
+def _bits(n):
+    return max(1, (n - 1).bit_length())
+
+
+def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout):
+    """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with."""
+    for name, value in (("n_flows", n_flows), ("n_dests", n_dests), ("n_paths", n_paths),
+                        ("time_bits", time_bits), ("delay_bits", delay_bits), ("timeout", timeout)):
+        check_int(name, value)
+    if not 2 <= n_flows <= 1 << 20:
+        raise ValueError(f"n_flows must be 2 to 1,048,576, not {n_flows}")
+    if not 1 <= n_dests <= 1 << 12:
+        raise ValueError(f"n_dests must be 1 to 4,096, not {n_dests}")
+    if not 2 <= n_paths <= 1 << PATH_FIELD_BITS:
+        raise ValueError(f"n_paths must be 2 to 16, not {n_paths}")
+    if not 4 <= time_bits <= 32:
+        raise ValueError(f"time_bits must be 4 to 32, not {time_bits}")
+    if not 4 <= delay_bits <= 32:
+        raise ValueError(f"delay_bits must be 4 to 32, not {delay_bits}")
+    if not 1 <= timeout < 1 << time_bits:
+        raise ValueError(f"timeout must be 1 to 2**time_bits - 1, not {timeout}")
+
+
+def RouteItem(*, n_flows=65536, n_dests=16, time_bits=16):
+    """One packet at the source edge switch: its flow index, destination edge switch and the timer's ``now``."""
+    return data.StructLayout({"kind": PacketKind, "flow": _bits(n_flows), "dest": _bits(n_dests),
+                              "now": time_bits, "tag": TAG_BITS})
+
+
+def RouteResult(*, n_flows=65536, n_dests=16, n_paths=8, time_bits=16):
+    """The input fields passed through, the chosen ``path``, ``new`` (the flow had no live entry), ``rerouted``
+    (an existing flow changed path) and ``ok`` (flow and destination in range; 0: path 0, no state change)."""
+    return data.StructLayout({"kind": PacketKind, "flow": _bits(n_flows), "dest": _bits(n_dests),
+                              "now": time_bits, "tag": TAG_BITS, "path": _bits(n_paths), "new": 1,
+                              "rerouted": 1, "ok": 1})
+
+
+def _below(value, limit):
+    """``value < limit`` as a zero test of the high bits and a short compare of the low ones."""
+    b = (limit - 1).bit_length()
+    high = value[b:] == 0 if len(value) > b else C(1, 1)
+    if limit == 1 << b:
+        return high
+    return high & (value[:b] < limit)
+
+
+def _winner(m, name, members, beats, n):
+    """One-hot: the member that beats every other member (``beats[a][b]``: a is no slower than b, ties to the
+    lower index), encoded; and whether the set is non-empty."""
+    one_hot = []
+    for a in range(n):
+        terms = [~members[b] | beats[a][b] for b in range(n) if b != a]
+        w = Signal(name=f"{name}_w{a}")
+        andall = C(1, 1)
+        for t in terms:
+            andall = andall & t
+        m.d.comb += w.eq(members[a] & andall)
+        one_hot.append(w)
+    pb = _bits(n)
+    enc = Signal(pb, name=f"{name}_enc")
+    m.d.comb += enc.eq(0)
+    for bit in range(pb):
+        terms = [one_hot[a] for a in range(n) if a >> bit & 1]
+        v = C(0, 1)
+        for t in terms:
+            v = v | t
+        m.d.comb += enc[bit].eq(v)
+    return enc, members.any()
+
+
+#: Depth of one RAMB36 in simple dual-port mode by data width: a flow table is split into banks of this depth, so
+#: every bank is one block RAM whose output goes straight into its own register (the bank select comes after it).
+def _bank_depth(width):
+    for w, d in ((1, 32768), (2, 16384), (4, 8192), (9, 4096), (18, 2048), (36, 1024)):
+        if width <= w:
+            return d
+    return 512
+
+
+class _Banked:
+    """A per-flow table in banks of one block RAM each: reads of every bank at once, each bank's data registered,
+    then the addressed bank selected (one stage later); writes to the addressed bank, or to every bank (the reset
+    sweep)."""
+
+    def __init__(self, m, name, shape, depth):
+        width = shape.size if isinstance(shape, data.Layout) else shape
+        bd = _bank_depth(width)
+        if depth <= bd:
+            self.shift, self.n = _bits(depth), 1
+        else:
+            self.shift, self.n = (bd - 1).bit_length(), -(-depth // bd)
+        self.shape = shape
+        self.ports = []
+        for b in range(self.n):
+            mem = memory.Memory(shape=shape, depth=min(depth - b * (1 << self.shift), 1 << self.shift), init=[])
+            m.submodules[f"{name}{b}"] = mem
+            self.ports.append((mem.read_port(transparent_for=()), mem.write_port()))
+
+    def read(self, m, addr, en):
+        for rd, _ in self.ports:
+            m.d.comb += [rd.addr.eq(addr[:self.shift]), rd.en.eq(en)]
+
+    def write(self, m, addr, value, en, every=C(0, 1)):
+        for b, (_, wr) in enumerate(self.ports):
+            mine = (addr >> self.shift) == b if self.n > 1 else C(1, 1)
+            m.d.comb += [wr.addr.eq(addr[:self.shift]), wr.data.eq(value), wr.en.eq(every | (en & mine))]
+
+    def registers(self, m, adv, name):
+        """Each bank's read data in its own register (loaded on ``adv``, nothing in between)."""
+        regs = [Signal(self.shape, name=f"{name}{b}") for b in range(self.n)]
+        with m.If(adv):
+            m.d.sync += [r.eq(rd.data) for r, (rd, _) in zip(regs, self.ports)]
+        return regs
+
+    def select(self, regs, addr):
+        return Array(regs)[addr >> self.shift] if self.n > 1 else regs[0]
+
+
+class _Stage:
+    """An operation's registers at one stage (plain Signals, named by stage)."""
+
+    def __init__(self, name, item):
+        self.valid = Signal(name=f"{name}_valid")
+        self.ok = Signal(name=f"{name}_ok")
+        self.item = Signal(item, name=f"{name}_item", reset_less=True)
+
+    def carry(self, other):
+        return [self.valid.eq(other.valid), self.ok.eq(other.ok), self.item.eq(other.item)]
+
+
+class Route(wiring.Component):
+    """FLB per-packet path decision at the source edge switch, one packet per clock.
+
+    Parameters
+    ----------
+    n_flows : int
+        Flow table entries (field ``flow``), 2 to 2**20; 65,536 holds every CRC16 flow ID.
+    n_dests : int
+        Destination edge switches (field ``dest``), 1 to 4,096.
+    n_paths : int
+        Paths per destination, 2 to 16.
+    time_bits : int
+        Width of ``now`` and of the stored stamps, in timer ticks.
+    delay_bits : int
+        Width of a path's queueing delay, in the same ticks.
+    timeout : int
+        Ticks after which an idle flow's entry is free (the flow is new again).
+
+    Members
+    -------
+    i : In(stream.Signature(RouteItem(...)))
+    o : Out(stream.Signature(RouteResult(...)))
+    ctl : In(ControlSignature())
+        Path delays (table 0) and isolated-path sets (table 1), datasheet "Control tables".
+    """
+
+    latency = 7
+
+    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096):
+        check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
+                         delay_bits=delay_bits, timeout=timeout)
+        self._nf, self._nd, self._n = n_flows, n_dests, n_paths
+        self._tb, self._db, self._timeout = time_bits, delay_bits, timeout
+        self._fb, self._pb = _bits(n_flows), _bits(n_paths)
+        self._item = RouteItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits)
+        self._stamp = data.StructLayout({"valid": 1, "stamp": time_bits})
+        super().__init__({
+            "i": In(stream.Signature(self._item)),
+            "o": Out(stream.Signature(RouteResult(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths,
+                                                  time_bits=time_bits))),
+            "ctl": In(ControlSignature()),
+        })
+
+    @property
+    def memory_bits(self):
+        """Bits held in memories: flow stamps and paths, delays, isolation masks."""
+        return (self._nf * (1 + self._tb + self._pb) + self._nd * self._n * (self._db + 1))
+
+    def item_cycles(self, result):
+        return 1
+
+    def elaborate(self, platform):
+        """The datasheet's block diagram: memories, reset sweep, S0 -> S1 -> ... -> S7 (-> S8, S9 kept for
+        forwarding)."""
+        m = Module()
+        mem = self._memories(m)
+        adv = Signal()
+        s = {n: _Stage(n, self._item) for n in ("s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9")}
+        self._busy = Signal(init=1, name="sweep_busy")
+        sweep = self._sweep(m, mem["st"])
+        m.d.comb += adv.eq(~s["s7"].valid | self.o.ready)
+        self._accept_stage(m, adv, mem, s, sweep)
+        ram = self._register_stage(m, adv, mem, s)
+        ram = self._select_stage(m, adv, s, ram)
+        gap, diff, elig, valid4 = self._difference_stage(m, adv, mem, s, ram)
+        win, beats, exist5, elig5, pregs = self._window_stage(m, adv, mem, s, gap, diff, elig, valid4)
+        cand, newp, exist6, fsel, pmem = self._choice_stage(m, adv, mem, s, win, beats, exist5, elig5, pregs)
+        self._compute_stage(m, adv, mem, s, cand, newp, exist6, fsel, pmem)
+        return m
+
+    def _memories(self, m):
+        """Flow stamps (valid, stamp) and flow paths in banks; per-destination delay rows and isolation masks."""
+        dt = memory.Memory(shape=self._n * self._db, depth=self._nd, init=[])
+        it = memory.Memory(shape=self._n, depth=self._nd, init=[])
+        m.submodules.delays, m.submodules.isolated = dt, it
+        self._stamps = _Banked(m, "stamps", self._stamp, self._nf)
+        return {
+            "st": self._stamps,
+            "pt": _Banked(m, "paths", self._pb, self._nf),
+            "dt": (dt.read_port(transparent_for=()), dt.write_port(granularity=self._db)),
+            "it": (it.read_port(transparent_for=()), it.write_port()),
+        }
+
+    def _sweep(self, m, stamps):
+        """After reset: clear every flow's valid bit, one entry of every bank a clock (a bank's depth in clocks),
+        inputs not ready."""
+        top = min(self._nf, 1 << stamps.shift) - 1
+        addr = Signal(range(top + 1), init=top, name="sweep_addr")
+        with m.If(self._busy):
+            m.d.sync += addr.eq(addr - 1)
+            with m.If(addr == 0):
+                m.d.sync += self._busy.eq(0)
+        return addr
+
+    def _accept_stage(self, m, adv, mem, s, sweep):
+        """S0: take a control command (first) or a packet. A packet reads its flow's stamp (every bank) and writes
+        its own ``now`` as the new stamp in the same clock (the read returns the old one), reads its
+        destination's delay row and isolation mask. A command writes the delay or isolation table here (a packet
+        taken in a later clock reads it). Loads S1."""
+        s1 = s["s1"]
+        i, c = self.i.payload, self.ctl.payload
+        m.d.comb += [self.ctl.ready.eq(adv & ~self._busy),
+                     self.i.ready.eq(adv & ~self._busy & ~self.ctl.valid)]
+        take_i = self.i.valid & self.i.ready
+        take_c = self.ctl.valid & self.ctl.ready
+        ok = _below(i.flow, self._nf) & _below(i.dest, self._nd)
+        st = mem["st"]
+        drd, dwr = mem["dt"]
+        ird, iwr = mem["it"]
+        st.read(m, i.flow, adv)
+        m.d.comb += [drd.addr.eq(i.dest), drd.en.eq(adv), ird.addr.eq(i.dest), ird.en.eq(adv)]
+        entry = Signal(self._stamp, name="s0_stamp")
+        m.d.comb += [entry.valid.eq(~self._busy), entry.stamp.eq(Mux(self._busy, 0, i.now))]
+        st.write(m, Mux(self._busy, sweep, i.flow), entry, take_i & ok, every=self._busy)
+        cdest = c.index >> PATH_FIELD_BITS
+        cpath = c.index[:PATH_FIELD_BITS]
+        delay_ok = (take_c & (c.table == TABLE_DELAY) & _below(cdest, self._nd) & _below(cpath, self._n)
+                    & _below(c.data, 1 << self._db))
+        iso_ok = take_c & (c.table == TABLE_ISOLATE) & _below(c.index, self._nd) & _below(c.data, 1 << self._n)
+        m.d.comb += [dwr.addr.eq(cdest), dwr.data.eq(Cat(*[c.data[:self._db]] * self._n)),
+                     iwr.addr.eq(c.index), iwr.data.eq(c.data[:self._n]), iwr.en.eq(iso_ok)]
+        for p in range(self._n):
+            m.d.comb += dwr.en[p].eq(delay_ok & (cpath == p))
+        with m.If(adv):
+            m.d.sync += [s1.valid.eq(take_i), s1.ok.eq(ok), s1.item.eq(i)]
+
+    def _register_stage(self, m, adv, mem, s):
+        """S1: every memory's read data into its own register (nothing in between). Returns S2's
+        ``(stamp bank registers, delay row, isolation mask)``."""
+        banks = mem["st"].registers(m, adv, "s2_stamp")
+        d2 = Signal(self._n * self._db, name="s2_delays")
+        i2 = Signal(self._n, name="s2_isolated")
+        with m.If(adv):
+            m.d.sync += [d2.eq(mem["dt"][0].data), i2.eq(mem["it"][0].data)]
+            m.d.sync += s["s2"].carry(s["s1"])
+        return banks, d2, i2
+
+    def _select_stage(self, m, adv, s, ram):
+        """S2: the addressed stamp bank selected; the eligible set (the non-isolated paths, or every path when all
+        are isolated). Loads S3."""
+        banks, d2, i2 = ram
+        n = self._n
+        st3 = Signal(self._stamp, name="s3_stamp")
+        d3 = Signal(n * self._db, name="s3_delays")
+        elig = Signal(n, name="s3_eligible")
+        with m.If(adv):
+            m.d.sync += [st3.eq(self._stamps.select(banks, s["s2"].item.flow)), d3.eq(d2),
+                         elig.eq(Mux(i2 == (1 << n) - 1, (1 << n) - 1, ~i2))]
+            m.d.sync += s["s3"].carry(s["s2"])
+        return st3, d3, elig
+
+    def _difference_stage(self, m, adv, mem, s, ram):
+        """S3: the gap ``now - stamp`` (mod 2**time_bits) and every ordered pair's delay difference
+        ``delay(p) - delay(q)`` (one sign bit more). Issues the path table read (every bank). Loads S4."""
+        st3, d3, elig = ram
+        n, db = self._n, self._db
+        s3 = s["s3"]
+        mem["pt"].read(m, s3.item.flow, adv)
+        gap = Signal(self._tb, name="s4_gap")
+        valid4 = Signal(name="s4_stamp_valid")
+        elig4 = Signal(n, name="s4_eligible")
+        diff = {}
+        d = [d3[p * db:(p + 1) * db] for p in range(n)]
+        with m.If(adv):
+            m.d.sync += [gap.eq((s3.item.now - st3.stamp)[:self._tb]), valid4.eq(st3.valid), elig4.eq(elig)]
+            for p in range(n):
+                for q in range(n):
+                    if p != q:
+                        diff[p, q] = Signal(db + 1, name=f"s4_diff_{p}_{q}")
+                        m.d.sync += diff[p, q].eq(d[p] - d[q])
+            m.d.sync += s["s4"].carry(s3)
+        return gap, diff, elig4, valid4
+
+    def _window_stage(self, m, adv, mem, s, gap, diff, elig, valid4):
+        """S4: per ordered pair, the window bit ``0 < delay(p) - delay(q) < gap`` (q may take p's flow without
+        reordering) and the order bit (``beats[a][b]``: a no slower than b, ties to the lower index); whether the
+        flow exists (a valid stamp less than ``timeout`` ticks old); the path banks' read data registered.
+        Loads S5."""
+        n, db = self._n, self._db
+        win = {}
+        beats = [[None] * n for _ in range(n)]
+        exist5 = Signal(name="s5_exist")
+        elig5 = Signal(n, name="s5_eligible")
+        pregs = mem["pt"].registers(m, adv, "s5_path_bank")
+        with m.If(adv):
+            for (p, q), dv in diff.items():
+                w = Signal(name=f"s5_win_{p}_{q}")
+                positive = ~dv[db] & (dv[:db] != 0)
+                m.d.sync += w.eq(positive & (dv[:db] < gap))
+                win[p, q] = w
+            for a in range(n):
+                for b in range(a + 1, n):
+                    bt = Signal(name=f"s5_beats_{a}_{b}")
+                    # a < b: a wins a tie, so a beats b when delay(a) - delay(b) <= 0
+                    m.d.sync += bt.eq(diff[a, b][db] | (diff[a, b] == 0))
+                    beats[a][b], beats[b][a] = bt, ~bt
+            m.d.sync += [exist5.eq(valid4 & (gap < self._timeout)), elig5.eq(elig)]
+            m.d.sync += s["s5"].carry(s["s4"])
+        return win, beats, exist5, elig5, pregs
+
+    def _choice_stage(self, m, adv, mem, s, win, beats, exist5, elig5, pregs):
+        """S5: the new-flow path (the fastest eligible path) and, for every possible current path ``p``, the path
+        an existing flow on ``p`` takes: the new-flow path when ``p`` is not eligible, else the fastest eligible
+        path in ``p``'s window, else ``p``. The addressed path bank selected. S5's flow matched against the
+        operations that will sit in S7, S8 and S9 when it computes (the newest match encoded). Loads S6."""
+        n, pb = self._n, self._pb
+        s5, s6, s7, s8 = s["s5"], s["s6"], s["s7"], s["s8"]
+        newp, _ = _winner(m, "s5_new", elig5, beats, n)
+        cand = [Signal(pb, name=f"s6_cand{p}") for p in range(n)]
+        newp6 = Signal(pb, name="s6_newp")
+        exist6 = Signal(name="s6_exist")
+        fsel = Signal(2, name="s6_fwd")
+        pmem = Signal(pb, name="s6_path_mem")
+        picks = []
+        for p in range(n):
+            members = Cat(*[(win[p, q] & elig5[q]) if q != p else C(0, 1) for q in range(n)])
+            dec, found = _winner(m, f"s5_p{p}", members, beats, n)
+            picks.append(Mux(~elig5[p], newp, Mux(found, dec, p)))
+        hits = [o.valid & o.ok & (o.item.flow == s5.item.flow) for o in (s6, s7, s8)]
+        with m.If(adv):
+            m.d.sync += [c.eq(v) for c, v in zip(cand, picks)]
+            m.d.sync += [newp6.eq(newp), exist6.eq(exist5), pmem.eq(mem["pt"].select(pregs, s5.item.flow)),
+                         fsel.eq(Mux(hits[0], 1, Mux(hits[1], 2, Mux(hits[2], 3, 0))))]
+            m.d.sync += s6.carry(s5)
+        return cand, newp6, exist6, fsel, pmem
+
+    def _compute_stage(self, m, adv, mem, s, cand, newp, exist, fsel, pmem):
+        """S6: the flow's current path (the newest of S7's, S8's and S9's results for the same flow, else the path
+        table's registered read); the decision picked by it; write the path table. Loads S7 (the output register)
+        and shifts S7 -> S8 -> S9 (result registers kept for forwarding)."""
+        s6, s7, s8, s9 = s["s6"], s["s7"], s["s8"], s["s9"]
+        pb, n = self._pb, self._n
+        paths = [Signal(pb, name=f"s{k}_path") for k in (7, 8, 9)]
+        cur = Signal(pb, name="s6_current")
+        m.d.comb += cur.eq(Array([pmem] + paths)[fsel])
+        table = cand + [C(0, pb)] * ((1 << pb) - n)
+        picked = Signal(pb, name="s6_picked")
+        m.d.comb += picked.eq(Mux(exist, Array(table)[cur], newp))
+        mem["pt"].write(m, s6.item.flow, picked, adv & s6.valid & s6.ok)
+        new7, rer7 = Signal(name="s7_new"), Signal(name="s7_rerouted")
+        with m.If(adv):
+            m.d.sync += s7.carry(s6) + s8.carry(s7) + s9.carry(s8)
+            m.d.sync += [paths[0].eq(Mux(s6.ok, picked, 0)), paths[1].eq(paths[0]), paths[2].eq(paths[1])]
+            m.d.sync += [new7.eq(s6.ok & ~exist), rer7.eq(s6.ok & exist & (picked != cur))]
+        o = self.o.payload
+        m.d.comb += [self.o.valid.eq(s7.valid),
+                     o.kind.eq(s7.item.kind), o.flow.eq(s7.item.flow), o.dest.eq(s7.item.dest),
+                     o.now.eq(s7.item.now), o.tag.eq(s7.item.tag), o.path.eq(paths[0]), o.new.eq(new7),
+                     o.rerouted.eq(rer7), o.ok.eq(s7.ok)]

@@ -1,0 +1,59 @@
+"""Registry entries of FLB (paper 002; datasheet docs/flb_route.md): the source edge switch's per-packet path
+decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2)."""
+
+from .base import Block, Param, load  # noqa: F401
+
+__all__ = ["BLOCKS"]
+
+BLOCKS = []
+
+# -- per-packet path decision (flb-route) ------------------------------------------------------------------------------
+
+
+def _route_extra(params, component):
+    pb = max(1, (params["n_paths"] - 1).bit_length())
+    per_flow = 1 + params["time_bits"] + pb
+    scale = "; ".join(f"{n // 1024}K: {n * per_flow / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 14, 1 << 16, 100_000))
+    return {
+        "Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.1f} KiB: flow table "
+                  f"{params['n_flows']} x {per_flow} bit (valid, {params['time_bits']}-bit stamp, {pb}-bit path), "
+                  f"delays {params['n_dests']} x {params['n_paths']} x {params['delay_bits']} bit, isolation "
+                  f"{params['n_dests']} x {params['n_paths']} bit",
+        "Latency": f"{component.latency} cycles, one packet per clock (back-to-back packets of one flow included)",
+        "Paper, Table 1 (Tofino, 100K flows)": "SRAM 4.12%, hash bits 5.87%, gateway 9.56%, ALU instructions 8.2% "
+                                               "of the switch (not comparable cell by cell: docs/flb_route.md)",
+        f"Scale (flow table, {per_flow} bits per flow)": scale,
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-route",
+    summary="FLB source edge switch: per-flow path and last-packet tick, Algorithm 1 (new flow: fastest "
+            "non-isolated path; existing: fastest path within the gap), one packet per clock",
+    paper_ref="FLB, sections 3.1, 3.2, 3.4, Algorithm 1, Table 1",
+    params=[
+        Param("n_flows", 65536, "flow table entries, 2 to 2**20 (65,536: every CRC16 flow ID, the paper's key)"),
+        Param("n_dests", 16, "destination edge switches, 1 to 4,096"),
+        Param("n_paths", 8, "paths per destination, 2 to 16"),
+        Param("time_bits", 16, "width of the timer's ticks (now, stamps, gaps), 4 to 32"),
+        Param("delay_bits", 16, "width of a path's queueing delay in ticks, 4 to 32"),
+        Param("timeout", 4096, "ticks after which an idle flow is new again (paper: 1 ms; 4,096 x 256 ns)"),
+    ],
+    build=load("lbpipe.hdl.flb.route:Route"),
+    golden=load("lbpipe.sim.flb.route:Route"),
+    test_params=[
+        dict(n_flows=16, n_dests=3, n_paths=4, time_bits=8, delay_bits=6, timeout=40),
+        dict(n_flows=64, n_dests=4, n_paths=8, time_bits=10, delay_bits=8, timeout=100),
+        dict(n_flows=13, n_dests=5, n_paths=5, time_bits=6, delay_bits=5, timeout=20),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17), time_bits=tb,
+        delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb)))(rng.randrange(4, 17)),
+    tb_module="lbpipe.tb.flb.test_route",
+    trace="lbpipe.sim.flb.route:route_trace",
+    doc="docs/flb_route.md",
+    paper={"SRAM (% of Tofino)": "4.12%", "Gateway (% of Tofino)": "9.56%", "hash bits (% of Tofino)": "5.87%",
+           "ALU instructions (% of Tofino)": "8.2%"},
+    report_extra=_route_extra,
+))

@@ -1,0 +1,258 @@
+"""FLB per-packet path decision (flb-route): signature and parameters, a hand-worked sequence of Algorithm 1 (new
+flow, strict window, back-to-back packets of one flow at distances 1 to 3, isolation, every path isolated, timeout,
+time wraparound, out-of-range items and commands) on the golden model and on the RTL, the RTL against an
+independent re-derivation of Algorithm 1 written here (with idle input and back-pressure), control commands racing
+back-to-back lookups, and one packet per clock measured.
+
+Expected values come from the hand-worked comments or from :func:`algorithm1` below, written from the paper's
+Algorithm 1 and the datasheet's choices, never from lbpipe.sim.flb."""
+
+import os
+import random
+
+import pytest
+
+from lbpipe.engine import run_golden, run_rtl
+from lbpipe.hdl.flb.route import Route as RouteRTL
+from lbpipe.sim.flb.route import Route, route_trace
+
+FULL = os.environ.get("LBPIPE_FULL") == "1"
+
+# The datasheet's control tables, written again here.
+DELAY, ISOLATE = 0, 1
+
+P = dict(n_flows=16, n_dests=3, n_paths=4, time_bits=8, delay_bits=6, timeout=40)
+
+
+def _pkt(flow, dest, now, tag=0):
+    return {"item": {"kind": 1, "flow": flow, "dest": dest, "now": now, "tag": tag}}
+
+
+def _delay(dest, path, value):
+    return {"ctl": {"table": DELAY, "index": dest << 4 | path, "data": value}}
+
+
+def _iso(dest, mask):
+    return {"ctl": {"table": ISOLATE, "index": dest, "data": mask}}
+
+
+# -- the independent re-derivation -------------------------------------------------------------------------------------
+
+def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout):
+    """Algorithm 1 per packet, from the paper: paths ranked by (delay, index); a new or expired flow takes the first
+    ranked path not isolated; an existing flow walks the ranking from the fastest and takes the first path whose
+    delay is below its own by less than the gap (an isolated current path: the new-flow choice). Every path
+    isolated: isolation ignored. Out-of-range items: (path 0, not new, not rerouted, not ok). Returns
+    ``[(path, new, rerouted, ok)]``."""
+    delays = {}
+    iso = {}
+    last = {}
+    out = []
+    for e in events:
+        if "ctl" in e:
+            t, idx, v = e["ctl"]["table"], e["ctl"]["index"], e["ctl"]["data"]
+            if t == DELAY and idx // 16 < n_dests and idx % 16 < n_paths and v < 2 ** delay_bits:
+                delays[idx // 16, idx % 16] = v
+            if t == ISOLATE and idx < n_dests and v < 2 ** n_paths:
+                iso[idx] = v
+            continue
+        it = e["item"]
+        f, d, now = it["flow"], it["dest"], it["now"]
+        if f >= n_flows or d >= n_dests:
+            out.append((0, 0, 0, 0))
+            continue
+        delay = [delays.get((d, p), 0) for p in range(n_paths)]
+        ranking = sorted(range(n_paths), key=lambda p: (delay[p], p))
+        allowed = [p for p in ranking if not iso.get(d, 0) & (1 << p)] or ranking
+        if f in last and (now - last[f][0]) % 2 ** time_bits < timeout:
+            gap = (now - last[f][0]) % 2 ** time_bits
+            cur = last[f][1]
+            if cur not in allowed:
+                path = allowed[0]
+            else:
+                path = next((q for q in allowed if delay[cur] - gap < delay[q] < delay[cur]), cur)
+            res = (path, 0, int(path != cur), 1)
+        else:
+            path = allowed[0]
+            res = (path, 1, 0, 1)
+        last[f] = (now, path)
+        out.append(res)
+    return out
+
+
+def _fields(outputs):
+    return [(o["path"], o["new"], o["rerouted"], o["ok"]) for o in outputs]
+
+
+# -- the hand-worked sequence ------------------------------------------------------------------------------------------
+
+def hand_worked():
+    """Events and expected (path, new, rerouted, ok), worked by hand (P: 4 paths, timeout 40, 8-bit ticks).
+    Destination 1's delays [10, 5, 1, 20]."""
+    ev = [_delay(1, 0, 10), _delay(1, 1, 5), _delay(1, 2, 1), _delay(1, 3, 20)]
+    want = []
+    ev += [_pkt(3, 1, 0, 0)]; want += [(2, 1, 0, 1)]            # A new: fastest is path 2 (1)
+    ev += [_delay(1, 2, 30)]                                    # delays [10, 5, 30, 20]
+    # B gap 20 on path 2 (30): path 0 differs by exactly 20 (not < 20), path 1 by 25, path 3 by 10 -> path 3
+    ev += [_pkt(3, 1, 20, 1)]; want += [(3, 0, 1, 1)]
+    ev += [_pkt(3, 1, 20, 2)]; want += [(3, 0, 0, 1)]           # C back to back, gap 0: stays on B's path 3
+    ev += [_pkt(3, 1, 31, 3)]; want += [(0, 0, 1, 1)]           # D gap 11 on 3 (20): path 0 by 10 ok, 1 by 15 no
+    ev += [_pkt(5, 1, 31, 4)]; want += [(1, 1, 0, 1)]           # E another flow, new: path 1 (5)
+    # F gap 9 on D's path 0 (10), E between: path 1 by 5 -> 1 (from the stale path 3 it would stay on 3)
+    ev += [_pkt(3, 1, 40, 5)]; want += [(1, 0, 1, 1)]
+    ev += [_pkt(5, 1, 40, 6)]; want += [(1, 0, 0, 1)]           # H: E's flow on the fastest path stays
+    ev += [_pkt(6, 2, 40, 7)]; want += [(0, 1, 0, 1)]           # I: destination 2, all delays 0: path 0
+    ev += [_pkt(3, 1, 40, 8)]; want += [(1, 0, 0, 1)]           # G: F's flow three packets later stays on 1
+    ev += [_iso(1, 0b0010)]                                     # path 1 isolated
+    ev += [_pkt(3, 1, 41, 9)]; want += [(0, 0, 1, 1)]           # J: on an isolated path: fastest eligible, 0
+    ev += [_pkt(7, 1, 41, 10)]; want += [(0, 1, 0, 1)]          # K new: fastest non-isolated, 0 (10)
+    ev += [_iso(1, 0b1111)]                                     # every path isolated: isolation ignored
+    ev += [_pkt(8, 1, 41, 11)]; want += [(1, 1, 0, 1)]          # L new: path 1 (5)
+    ev += [_pkt(3, 1, 45, 12)]; want += [(0, 0, 0, 1)]          # M gap 4 on 0 (10): path 1 by 5, not < 4: stays
+    ev += [_pkt(3, 1, 85, 13)]; want += [(1, 1, 0, 1)]          # N gap 40 = timeout: new, path 1
+    ev += [_iso(1, 0)]
+    ev += [_pkt(9, 1, 250, 14)]; want += [(1, 1, 0, 1)]         # O new at tick 250: path 1
+    ev += [_delay(1, 1, 40)]                                    # delays [10, 40, 30, 20]
+    # P at tick 8: gap (8 - 250) mod 256 = 14 on path 1 (40): path 2 by 10 ok, 3 by 20 no -> 2
+    ev += [_pkt(9, 1, 8, 15)]; want += [(2, 0, 1, 1)]
+    ev += [_pkt(3, 3, 8, 16)]; want += [(0, 0, 0, 0)]           # Q destination 3 of 3: passes, nothing changes
+    # out of range: path 4 of 4 (a 2-bit path field would alias it to path 0), delay 64 > 6 bits (would truncate
+    # to 0 on path 2), mask 0b10001 > 4 bits (would isolate path 0), destination 3, an unknown table
+    ev += [_delay(1, 4, 50), _delay(1, 2, 64), _iso(1, 0b10001), _iso(3, 1), _delay(3, 0, 1),
+           {"ctl": {"table": 7, "index": 1, "data": 0}}]
+    ev += [_pkt(10, 1, 8, 17)]; want += [(0, 1, 0, 1)]          # R new: path 0 (10) still the fastest
+    ev += [_pkt(3, 1, 9, 18)]; want += [(0, 1, 0, 1)]           # S: N's flow, gap (9 - 85) mod 256 = 180: new
+    return ev, want
+
+
+def test_hand_worked_on_the_rederivation_and_the_golden_model():
+    ev, want = hand_worked()
+    assert algorithm1(ev, **P) == want
+    assert _fields(run_golden("flb-route", P, ev)) == want
+
+
+def test_rtl_hand_worked():
+    """The hand-worked sequence through the RTL back to back (``compare=False``: no golden model)."""
+    ev, want = hand_worked()
+    stats = {}
+    out = run_rtl("flb-route", P, ev, compare=False, stats=stats)
+    assert _fields(out) == want
+    assert [o["tag"] for o in out] == list(range(len(want)))
+    assert out[16]["dest"] == 3 and out[15]["now"] == 8 and out[15]["flow"] == 9
+
+
+# -- signature and parameters ------------------------------------------------------------------------------------------
+
+def test_signature():
+    dut = RouteRTL()
+    dut._MustUse__silence = True
+    assert set(dut.signature.members) == {"i", "o", "ctl"}
+    item = dut.signature.members["i"].signature.members["payload"].shape
+    assert [(n, f.width) for n, f in item] == [("kind", 3), ("flow", 16), ("dest", 4), ("now", 16), ("tag", 16)]
+    res = dut.signature.members["o"].signature.members["payload"].shape
+    assert [(n, f.width) for n, f in res] == [("kind", 3), ("flow", 16), ("dest", 4), ("now", 16), ("tag", 16),
+                                              ("path", 3), ("new", 1), ("rerouted", 1), ("ok", 1)]
+    assert dut.latency == 7
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    (dict(n_flows=1), ValueError), (dict(n_flows=(1 << 20) + 1), ValueError), (dict(n_dests=0), ValueError),
+    (dict(n_paths=1), ValueError), (dict(n_paths=17), ValueError), (dict(time_bits=3), ValueError),
+    (dict(delay_bits=33), ValueError), (dict(timeout=0), ValueError), (dict(time_bits=8, timeout=256), ValueError),
+    (dict(n_paths=True), TypeError), (dict(timeout=4.0), TypeError),
+])
+def test_bad_parameters(kwargs, exc):
+    for cls in (RouteRTL, Route):
+        with pytest.raises(exc):
+            cls(**kwargs)
+
+
+# -- random traces -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(20))
+def test_golden_matches_the_rederivation(seed):
+    rng = random.Random(seed)
+    tb = rng.randrange(4, 17)
+    params = dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
+                  time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+    ev = route_trace(seed, 1500, **params)
+    assert _fields(run_golden("flb-route", params, ev)) == algorithm1(ev, **params)
+
+
+def test_trace_exercises_every_outcome():
+    ev = route_trace(7, 500, **P)
+    got = algorithm1(ev, **P)
+    assert {(r[1], r[2], r[3]) for r in got} >= {(1, 0, 1), (0, 1, 1), (0, 0, 1), (0, 0, 0)}
+
+
+P5 = dict(n_flows=13, n_dests=5, n_paths=5, time_bits=6, delay_bits=5, timeout=20)
+P16 = dict(n_flows=64, n_dests=4, n_paths=16, time_bits=10, delay_bits=8, timeout=100)
+
+
+@pytest.mark.parametrize("params", [P, P5, pytest.param(P16, marks=pytest.mark.skipif(
+    not FULL, reason="16 paths: a long Icarus build, LBPIPE_FULL=1"))])
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_rtl_against_the_rederivation(params, idle, backpressure):
+    """Random traces (flows back to back and with gaps, delay and isolation updates, bad input) through the RTL,
+    against :func:`algorithm1`; without idle or back-pressure, one packet per clock measured between commands."""
+    ev = route_trace(31 + params["n_paths"], 400, **params)
+    stats = {}
+    out = run_rtl("flb-route", params, ev, idle=idle, backpressure=backpressure, seed=5, compare=False,
+                  stats=stats)
+    assert _fields(out) == algorithm1(ev, **params)
+
+
+def test_rtl_one_packet_per_clock():
+    """Back-to-back packets of a few flows, no commands after the set-up: one packet per clock, measured."""
+    ev = [_delay(d, p, (7 * d + 3 * p) % 64) for d in range(3) for p in range(4)]
+    ev += [_pkt(f % 5, f % 3, f // 4, f) for f in range(300)]
+    stats = {}
+    out = run_rtl("flb-route", P, ev, compare=False, stats=stats)
+    assert _fields(out) == algorithm1(ev, **P)
+    assert stats["items_per_clock"] == 1.0
+
+
+def test_rtl_control_racing_lookups():
+    """Delay and isolation commands written while packets stream in back to back: the cocotb test records the
+    clock edge each command is taken on and checks that exactly the packets taken after it see it. Every packet
+    here is a new flow (64 flows in turn, 3 ticks apart: 192 ticks between a flow's packets, timeout 40), so each
+    takes the fastest eligible path, and every command changes which path that is: [10, 5, 1, 20] -> path 2 made
+    63 (fastest 1) -> path 1 made 63 (fastest 0) -> path 0 isolated (fastest 3) -> path 2 made 0 (fastest 2).
+    Then the same with random commands and flows that reroute."""
+    params = dict(P, n_flows=64)
+    ev = [_delay(1, p, v) for p, v in enumerate([10, 5, 1, 20])]
+    swings = {12: _delay(1, 2, 63), 40: _delay(1, 1, 63), 70: _iso(1, 0b0001), 100: _delay(1, 2, 0)}
+    for n in range(140):
+        if n in swings:
+            ev.append(swings[n])
+        ev.append(_pkt(n % 64, 1, 3 * n % 256, n))
+    run_rtl("flb-route", params, ev, testcase="ctl_race")
+    rng = random.Random(4)
+    ev = [_delay(1, p, v) for p, v in enumerate([10, 5, 1, 20])]
+    now = 0
+    for n in range(120):
+        if n in (10, 40, 70, 100):
+            ev.append(rng.choice([_delay(1, rng.randrange(4), rng.randrange(64)), _iso(1, rng.randrange(16))]))
+        now += rng.choice([0, 1, 3, 9])
+        ev.append(_pkt(rng.randrange(3), 1, now % 256, n))
+    run_rtl("flb-route", P, ev, testcase="ctl_race")
+
+
+def test_rtl_reset_state_odd_table():
+    """A reset in mid-traffic empties the flow table (every flow new again: the sweep covers all 13 entries of a
+    table whose depth is not a power of two) and keeps delays and isolated sets, as the datasheet says (the
+    harness checks the RTL against the golden model's ``reset()`` before anything is set up again)."""
+    run_rtl("flb-route", P5, route_trace(21, 400, **P5), testcase="reset_state", seed=2)
+
+
+
+@pytest.mark.skipif(not FULL, reason="long random regression: LBPIPE_FULL=1")
+@pytest.mark.parametrize("seed", range(6))
+def test_rtl_long_random(seed):
+    rng = random.Random(seed)
+    tb = rng.randrange(4, 17)
+    params = dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
+                  time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+    ev = route_trace(seed, 3000, **params)
+    out = run_rtl("flb-route", params, ev, idle=0.2, backpressure=0.3, seed=seed, compare=False)
+    assert _fields(out) == algorithm1(ev, **params)
