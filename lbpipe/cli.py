@@ -538,9 +538,17 @@ def cmd_p4(args):
 
 def cmd_prove(args):
     """Formal proofs of lbpipe.formal (lbpipe/prove.py; docs/formal.md)."""
-    from .prove import main_prove, select
+    from .prove import main_prove, parse_timeout, select
+    timeout = parse_timeout(args.timeout) if args.timeout is not None else None
     selected = select(args.block, deep=args.deep)
-    return main_prove(args.block, depth=args.depth, deep=args.deep, progress=Progress(len(selected)))
+    return main_prove(args.block, depth=args.depth, deep=args.deep, progress=Progress(len(selected)),
+                      timeout=timeout)
+
+
+def cmd_replay_cex(args):
+    """Replay a formal counterexample in cocotb (lbpipe/cex.py; docs/formal.md)."""
+    from .cex import main_replay
+    return main_replay(args.dir, design=args.design)
 
 
 def cmd_build(args):
@@ -658,7 +666,15 @@ def _parser():
     p.add_argument("block", help="a block with proofs (lib-ring, themis-s, ...) or 'all'")
     p.add_argument("--depth", type=int, help="override every selected proof's depth (BMC cycles, induction k)")
     p.add_argument("--deep", action="store_true", help="include the deep proofs (the regression profile's)")
+    p.add_argument("--timeout", metavar="SECONDS",
+                   help="kill a proof that runs longer and report it TIMEOUT (default: each row's, else 900)")
     p.set_defaults(func=cmd_prove)
+
+    p = sub.add_parser("replay-cex", help="replay a failed proof's counterexample in cocotb (Icarus), docs/formal.md")
+    p.add_argument("dir", help="the proof's directory, build/formal/<block>/<property>/ (or a trace.yw in it)")
+    p.add_argument("--design", metavar="TOP.il",
+                   help="replay the same inputs on another harness's RTLIL (default: the proof's own top.il)")
+    p.set_defaults(func=cmd_replay_cex)
 
     p = sub.add_parser("trace", help="write a seeded random trace for a block (input for replay)")
     add_common(p, allow_all=False)

@@ -102,3 +102,47 @@ def test_themis_d_hold_cycles_are_the_datasheets():
     nack_out = seen[5]
     assert nack_out["scanned"] > 0
     assert cycles == [1] * 5 + [nack_out["scanned"] + 8, 3, 1]
+
+
+#: Datasheets of the shared primitives' proofs (``lib-*`` rows of ``PROOFS``, which have no registry entry): the
+#: ring's pointers are those of Themis-D's PSN queues. A ``lib-*`` block not listed here (the CRC, the AXI4-Lite
+#: bridge, until a row maps them to docs/packet_io.md or the control datasheet) is documented in docs/formal.md only.
+LIB_DATASHEETS = {"lib-ring": "docs/themis.md"}
+
+
+def _formal_section(text):
+    """The datasheet's "Formal proofs" section: from its heading to the next heading of the same or a higher level."""
+    import re
+    head = re.search(r"^(#+) Formal proofs\s*$", text, re.M)
+    if head is None:
+        return None
+    level = len(head[1])
+    rest = text[head.end():]
+    end = re.search(rf"^#{{1,{level}}} ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def _proof_datasheets():
+    """``{datasheet: {block: [property, ...]}}`` for every block with proofs that has a datasheet."""
+    from lbpipe.prove import all_proofs
+    sheets = {}
+    for proof in all_proofs():
+        doc = BLOCKS[proof.block].doc if proof.block in BLOCKS else LIB_DATASHEETS.get(proof.block)
+        if doc:
+            sheets.setdefault(doc, {}).setdefault(proof.block, []).append(proof.prop)
+    return sheets
+
+
+@pytest.mark.parametrize("doc", sorted(_proof_datasheets()))
+def test_datasheet_lists_its_proofs(doc):
+    """Each datasheet of a block with proofs has a "Formal proofs" section naming every property of ``PROOFS`` for
+    its blocks (as written there), and links docs/formal.md: a proof added, renamed or dropped changes the
+    datasheet on purpose."""
+    import pathlib
+    text = (pathlib.Path(__file__).resolve().parent.parent / doc).read_text()
+    section = _formal_section(text)
+    assert section is not None, f"{doc}: no 'Formal proofs' section"
+    assert "formal.md" in section, f"{doc}: the 'Formal proofs' section does not link docs/formal.md"
+    missing = [f"{block}: {prop}" for block, props in _proof_datasheets()[doc].items() for prop in props
+               if f"`{prop}`" not in section]
+    assert not missing, f"{doc}: the 'Formal proofs' section does not name {missing}"

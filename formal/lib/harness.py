@@ -90,7 +90,9 @@ class Proof:
     ``build()`` returns a fresh harness; ``method`` is ``"bmc"`` or ``"prove"`` (k-induction); ``depth`` the
     default bound (cycles for BMC, k for induction); ``cover`` whether the harness's ``Cover`` statements are
     checked reachable (a separate solver run) within ``cover_depth`` cycles (default ``depth``; an induction's k is
-    often shorter than the run that reaches every cover); ``deep`` marks a proof for the regression profile.
+    often shorter than the run that reaches every cover); ``deep`` marks a proof for the regression profile;
+    ``timeout`` the wall-clock seconds the proof may take (its runs together; ``None``: the runner's default,
+    :data:`lbpipe.prove.DEFAULT_TIMEOUT`; ``lbpipe prove --timeout`` overrides it), past which it is killed and reported ``TIMEOUT``.
     """
     block: str
     prop: str
@@ -102,3 +104,4 @@ class Proof:
     deep: bool = False
     note: Optional[str] = None
     params: dict = field(default_factory=dict)
+    timeout: Optional[float] = None

@@ -1,13 +1,24 @@
-"""Proofs of the shared primitives: ring-buffer pointers (k-induction).
+"""Proofs of the shared primitives: ring-buffer pointers (k-induction), the CRC-32 matrices and incremental update
+(the ``gf2`` method: exact evaluation of the XOR network over GF(2), :mod:`.gf2`), and the AXI4-Lite control
+bridge (BMC)."""
 
-The CRC-32 harness (:mod:`.crc`) is not listed: Yices (and Yosys's MiniSAT) do not close its XOR miter in
-minutes even for a 1-byte message (docs/formal.md).
-"""
+from lbpipe.hdl.lib.axil import ControlBridge
 
+from .axil import AxilBridgeContract
+from .crc import CrcIncremental
 from .harness import Proof
 from .ring import RingInvariants
 
 __all__ = ["PROOFS"]
+
+#: The bridge instance the AXI4-Lite proofs use: the smallest address width that reaches COMMIT (0x18), the default
+#: ident written out (the harness checks ID reads against it).
+AXIL_IDENT = 0x4C425031
+
+
+def _bridge():
+    return ControlBridge(addr_width=5, ident=AXIL_IDENT)
+
 
 PROOFS = [
     Proof("lib-ring", "ring invariants (depth 5, overwrite)",
@@ -22,4 +33,18 @@ PROOFS = [
     Proof("lib-ring", "ring invariants (depth 1, refuse when full)",
           lambda: RingInvariants(depth=1, overwrite=False), method="prove", depth=2,
           cover_depth=6),
+    Proof("lib-crc", "crc32_update = bit-serial; incremental = recomputation (8 bytes, 2-byte field)",
+          lambda: CrcIncremental(n_bytes=8, field_bytes=2), method="gf2", depth=1),
+    Proof("lib-crc", "crc32_update = bit-serial; incremental = recomputation (8 bytes, 4-byte field)",
+          lambda: CrcIncremental(n_bytes=8, field_bytes=4), method="gf2", depth=1, deep=True),
+    Proof("lib-crc", "crc32_update = bit-serial; incremental = recomputation (16 bytes, 2-byte field)",
+          lambda: CrcIncremental(n_bytes=16, field_bytes=2), method="gf2", depth=1, deep=True),
+    Proof("lib-axil", "AXI4-Lite handshake, counts, RESP, reset, reads (addr_width 5)",
+          lambda: AxilBridgeContract(_bridge, ident=AXIL_IDENT, part="handshake"), depth=20),
+    Proof("lib-axil", "writes reach ctl in issue order (addr_width 5)",
+          lambda: AxilBridgeContract(_bridge, ident=AXIL_IDENT, part="order"), depth=10, cover_depth=12),
+    Proof("lib-axil", "AXI4-Lite handshake, counts, RESP, reset, reads (addr_width 5), deep",
+          lambda: AxilBridgeContract(_bridge, ident=AXIL_IDENT, part="handshake"), depth=32, deep=True),
+    Proof("lib-axil", "writes reach ctl in issue order (addr_width 5), deep",
+          lambda: AxilBridgeContract(_bridge, ident=AXIL_IDENT, part="order"), depth=11, cover_depth=12, deep=True),
 ]
