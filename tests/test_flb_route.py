@@ -2,7 +2,8 @@
 flow, strict window, back-to-back packets of one flow at distances 1 to 3, isolation, every path isolated, timeout,
 time wraparound, out-of-range items and commands) on the golden model and on the RTL, the RTL against an
 independent re-derivation of Algorithm 1 written here (with idle input and back-pressure), control commands racing
-back-to-back lookups, and one packet per clock measured.
+back-to-back lookups, one packet per clock measured, and the multi-bank build (16,384 flows: 8 stamp banks, 2 path
+banks) on flows that share their low address bits.
 
 Expected values come from the hand-worked comments or from :func:`algorithm1` below, written from the paper's
 Algorithm 1 and the datasheet's choices, never from lbpipe.sim.flb."""
@@ -41,7 +42,8 @@ def _iso(dest, mask):
 def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout):
     """Algorithm 1 per packet, from the paper: paths ranked by (delay, index); a new or expired flow takes the first
     ranked path not isolated; an existing flow walks the ranking from the fastest and takes the first path whose
-    delay is below its own by less than the gap (an isolated current path: the new-flow choice). Every path
+    delay is below its own by less than the gap (an isolated current path: the first ranked path whose delay is
+    below its own by less than the gap, or above it, else the new-flow choice). Every path
     isolated: isolation ignored. Out-of-range items: (path 0, not new, not rerouted, not ok). Returns
     ``[(path, new, rerouted, ok)]``."""
     delays = {}
@@ -68,7 +70,7 @@ def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, time
             gap = (now - last[f][0]) % 2 ** time_bits
             cur = last[f][1]
             if cur not in allowed:
-                path = allowed[0]
+                path = next((q for q in allowed if delay[cur] - delay[q] < gap), allowed[0])
             else:
                 path = next((q for q in allowed if delay[cur] - gap < delay[q] < delay[cur]), cur)
             res = (path, 0, int(path != cur), 1)
@@ -115,13 +117,33 @@ def hand_worked():
     ev += [_delay(1, 1, 40)]                                    # delays [10, 40, 30, 20]
     # P at tick 8: gap (8 - 250) mod 256 = 14 on path 1 (40): path 2 by 10 ok, 3 by 20 no -> 2
     ev += [_pkt(9, 1, 8, 15)]; want += [(2, 0, 1, 1)]
-    ev += [_pkt(3, 3, 8, 16)]; want += [(0, 0, 0, 0)]           # Q destination 3 of 3: passes, nothing changes
+    # Q: P's flow toward destination 3 of 3: passes with ok 0 and changes nothing (U below, the same flow four
+    # packets later, must still find P's path 2 in the path table)
+    ev += [_pkt(9, 3, 8, 16)]; want += [(0, 0, 0, 0)]
     # out of range: path 4 of 4 (a 2-bit path field would alias it to path 0), delay 64 > 6 bits (would truncate
-    # to 0 on path 2), mask 0b10001 > 4 bits (would isolate path 0), destination 3, an unknown table
+    # to 0 on path 2), mask 0b10001 > 4 bits (would isolate path 0), destination 3, unknown tables 3 and 2 (a
+    # decoder looking at the table's low bit only would isolate destination 1's path 0, or make its path 3 take
+    # 1 tick: R would then take path 3)
     ev += [_delay(1, 4, 50), _delay(1, 2, 64), _iso(1, 0b10001), _iso(3, 1), _delay(3, 0, 1),
-           {"ctl": {"table": 7, "index": 1, "data": 0}}]
+           {"ctl": {"table": 3, "index": 1, "data": 0b0001}}, {"ctl": {"table": 2, "index": 1 << 4 | 3, "data": 1}}]
     ev += [_pkt(10, 1, 8, 17)]; want += [(0, 1, 0, 1)]          # R new: path 0 (10) still the fastest
     ev += [_pkt(3, 1, 9, 18)]; want += [(0, 1, 0, 1)]           # S: N's flow, gap (9 - 85) mod 256 = 180: new
+    ev += [_pkt(11, 2, 9, 19)]; want += [(0, 1, 0, 1)]          # T: destination 2, new: path 0
+    # U, V, W back to back, one flow (delays [10, 40, 30, 20]): U gap 1 after P on path 2: nothing within 1, stays;
+    # V gap 15: path 3 by 10 < 15 (path 0 by 20 not): reroutes to 3; W gap 0: stays on V's path 3 (U's path 2, one
+    # stage further down the pipeline, is older)
+    ev += [_pkt(9, 1, 9, 20)]; want += [(2, 0, 0, 1)]
+    ev += [_pkt(9, 1, 24, 21)]; want += [(3, 0, 1, 1)]
+    ev += [_pkt(9, 1, 24, 22)]; want += [(3, 0, 0, 1)]
+    # off an isolated path: destination 2's delays [30, 40, 25, 40]: X new on path 2 (25)
+    ev += [_delay(2, 0, 30), _delay(2, 1, 40), _delay(2, 2, 25), _delay(2, 3, 40)]
+    ev += [_pkt(12, 2, 30, 23)]; want += [(2, 1, 0, 1)]
+    ev += [_delay(2, 1, 1), _iso(2, 0b0100)]                   # delays [30, 1, 25, 40], path 2 isolated
+    # Y gap 0: path 1 (1) would overtake X (25 - 1 = 24 >= 0); the fastest path with 25 - delay < 0 is 0 (30)
+    ev += [_pkt(12, 2, 30, 24)]; want += [(0, 0, 1, 1)]
+    ev += [_iso(2, 0b1001)]                                     # paths 0 and 3 isolated: eligible 1 (1), 2 (25)
+    # Z gap 0 on path 0 (30): no eligible path is safe (30 - 1, 30 - 25 >= 0): the fastest eligible, 1
+    ev += [_pkt(12, 2, 30, 25)]; want += [(1, 0, 1, 1)]
     return ev, want
 
 
@@ -138,7 +160,7 @@ def test_rtl_hand_worked():
     out = run_rtl("flb-route", P, ev, compare=False, stats=stats)
     assert _fields(out) == want
     assert [o["tag"] for o in out] == list(range(len(want)))
-    assert out[16]["dest"] == 3 and out[15]["now"] == 8 and out[15]["flow"] == 9
+    assert out[16]["dest"] == 3 and out[16]["flow"] == 9 and out[15]["now"] == 8 and out[15]["flow"] == 9
 
 
 # -- signature and parameters ------------------------------------------------------------------------------------------
@@ -244,6 +266,68 @@ def test_rtl_reset_state_odd_table():
     harness checks the RTL against the golden model's ``reset()`` before anything is set up again)."""
     run_rtl("flb-route", P5, route_trace(21, 400, **P5), testcase="reset_state", seed=2)
 
+
+
+# -- the default multi-bank build: 16,384 flows ------------------------------------------------------------------------
+# A stamp entry (valid + 16-bit stamp) is 17 bits: one RAMB36 holds 2,048 of them (18-bit wide), so 16,384 flows are
+# 8 stamp banks selected by flow bits 11 to 13; a path entry (3 bits for 8 paths) fits 8,192 in a RAMB36 (4-bit wide):
+# 2 path banks selected by flow bit 13. Flows 5 + 2048 * k (k = 0..7) share their low 11 bits: one in each stamp bank,
+# four in each path bank, at the same address of every bank.
+PBIG = dict(n_flows=16384, n_dests=4, n_paths=8, time_bits=16, delay_bits=8, timeout=300)
+
+
+def _alias(k, base=5):
+    return base + 2048 * k
+
+
+def test_rtl_banks_hand_worked():
+    """Eight flows at the same address of the eight stamp banks (and of the two path banks), each made new on its
+    own path, then each seen again: every one must find its own stamp (not new: a missed or misdirected bank write
+    makes it new, or makes a later flow look old) and its own path (it stays: all delays are then equal)."""
+    ev = [_delay(1, p, 50) for p in range(8)]
+    want = []
+    for k in range(8):
+        # path k alone is fastest (1 tick): flow k is new on path k; then path k back to 50
+        ev += [_delay(1, k, 1), _pkt(_alias(k), 1, 10 + k, k), _delay(1, k, 50)]
+        want += [(k, 1, 0, 1)]
+    # every path at 50 again: each flow, gap 20 - 27 < timeout, stays on its own path (not new, not rerouted)
+    for n, k in enumerate([7, 0, 6, 1, 5, 2, 4, 3]):
+        ev += [_pkt(_alias(k), 1, 30 + n, 8 + n)]
+        want += [(k, 0, 0, 1)]
+    # a flow at another address of bank 3 (low bits 6) and one at bank 3's address 5 + 1024: both new
+    ev += [_pkt(6 + 2048 * 3, 1, 40, 16), _pkt(_alias(3) + 1024, 1, 40, 17)]
+    want += [(0, 1, 0, 1), (0, 1, 0, 1)]
+    assert algorithm1(ev, **PBIG) == want
+    out = run_rtl("flb-route", PBIG, ev, compare=False)
+    assert _fields(out) == want
+
+
+def _banked_trace(seed, n_items, idle_flows=16):
+    """A random trace (route_trace on 16 flows) with flow f mapped to 5 + 2048 * (f % 8) + 1024 * (f // 8): the 16
+    flows share their low 10 bits, two in each stamp bank, eight in each path bank."""
+    params = dict(PBIG, n_flows=idle_flows)
+    ev = route_trace(seed, n_items, **params)
+    for e in ev:
+        if "item" in e:
+            f = e["item"]["flow"]
+            e["item"]["flow"] = (5 + 2048 * (f % 8) + 1024 * (f // 8)) if f < idle_flows else f % PBIG["n_flows"]
+    return ev
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.3, 0.5), pytest.param(0.0, 0.0, marks=pytest.mark.skipif(
+    not FULL, reason="second 16,384-flow build: LBPIPE_FULL=1"))])
+def test_rtl_banks_against_the_rederivation(idle, backpressure):
+    """The 8-bank build on a random trace of flows that share their low address bits, against
+    :func:`algorithm1`, with idle input and back-pressure."""
+    ev = _banked_trace(11, 400)
+    out = run_rtl("flb-route", PBIG, ev, idle=idle, backpressure=backpressure, seed=3, compare=False)
+    assert _fields(out) == algorithm1(ev, **PBIG)
+
+
+def test_rtl_banks_reset_state():
+    """A reset in mid-traffic on the 8-bank build: the sweep (2,048 clocks, every bank at once) must clear the
+    flows of every bank (the harness checks against the golden model's documented reset)."""
+    run_rtl("flb-route", PBIG, _banked_trace(12, 400), testcase="reset_state", seed=4)
 
 
 @pytest.mark.skipif(not FULL, reason="long random regression: LBPIPE_FULL=1")

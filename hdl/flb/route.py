@@ -29,9 +29,10 @@ register, and the bank select comes one stage after it.
 
 Choices where the paper is silent (all in the datasheet): time stamps instead of an aging counter (aliasing
 after ``2**time_bits`` idle ticks); the isolated set per destination, ignored when it holds every path; an
-existing flow on a path that became isolated moves to the new-flow choice at once; ties go to the lowest path
-index; items whose flow or destination is out of range pass with ``ok`` 0 and change nothing; every item kind is
-routed; reset sweeps the flow table (inputs not ready meanwhile) and keeps the delay and isolation tables.
+existing flow on a path that became isolated moves at once to the fastest eligible path it can take without
+reordering (``delay(p) - delay(q) < gap``), and only when there is none to the new-flow choice; ties go to the
+lowest path index; items whose flow or destination is out of range pass with ``ok`` 0 and change nothing; every
+item kind is routed; reset sweeps the flow table (inputs not ready meanwhile) and keeps the delay and isolation tables.
 """
 
 from amaranth import Array, C, Cat, Module, Mux, Signal
@@ -69,7 +70,9 @@ def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeou
     if not 4 <= delay_bits <= 32:
         raise ValueError(f"delay_bits must be 4 to 32, not {delay_bits}")
     if not 1 <= timeout < 1 << time_bits:
-        raise ValueError(f"timeout must be 1 to 2**time_bits - 1, not {timeout}")
+        hint = " (the default; set timeout too)" if timeout == 4096 else ""
+        raise ValueError(f"timeout must be 1 to 2**time_bits - 1 = {(1 << time_bits) - 1:,} (time_bits {time_bits}), "
+                         f"not {timeout}{hint}")
 
 
 def RouteItem(*, n_flows=65536, n_dests=16, time_bits=16):
@@ -353,10 +356,11 @@ class Route(wiring.Component):
         return gap, diff, elig4, valid4
 
     def _window_stage(self, m, adv, mem, s, gap, diff, elig, valid4):
-        """S4: per ordered pair, the window bit ``0 < delay(p) - delay(q) < gap`` (q may take p's flow without
-        reordering) and the order bit (``beats[a][b]``: a no slower than b, ties to the lower index); whether the
-        flow exists (a valid stamp less than ``timeout`` ticks old); the path banks' read data registered.
-        Loads S5."""
+        """S4: per ordered pair, the member bit: q eligible and, when p is eligible, in p's window ``0 < delay(p) -
+        delay(q) < gap`` (q is faster and may take p's flow without reordering), when p is isolated, safe
+        ``delay(p) - delay(q) < gap`` (q may take it without reordering); the order bit (``beats[a][b]``: a no
+        slower than b, ties to the lower index); whether the flow exists (a valid stamp less than ``timeout`` ticks
+        old); the path banks' read data registered. Loads S5."""
         n, db = self._n, self._db
         win = {}
         beats = [[None] * n for _ in range(n)]
@@ -365,9 +369,12 @@ class Route(wiring.Component):
         pregs = mem["pt"].registers(m, adv, "s5_path_bank")
         with m.If(adv):
             for (p, q), dv in diff.items():
-                w = Signal(name=f"s5_win_{p}_{q}")
+                # q is a candidate for a flow on p: in p's window when p is eligible, safe when p is isolated
+                w = Signal(name=f"s5_member_{p}_{q}")
+                lt = Signal(name=f"s4_lt_{p}_{q}")
+                m.d.comb += lt.eq(dv[:db] < gap)
                 positive = ~dv[db] & (dv[:db] != 0)
-                m.d.sync += w.eq(positive & (dv[:db] < gap))
+                m.d.sync += w.eq(Mux(elig[p], positive & lt, dv[db] | lt) & elig[q])
                 win[p, q] = w
             for a in range(n):
                 for b in range(a + 1, n):
@@ -381,9 +388,10 @@ class Route(wiring.Component):
 
     def _choice_stage(self, m, adv, mem, s, win, beats, exist5, elig5, pregs):
         """S5: the new-flow path (the fastest eligible path) and, for every possible current path ``p``, the path
-        an existing flow on ``p`` takes: the new-flow path when ``p`` is not eligible, else the fastest eligible
-        path in ``p``'s window, else ``p``. The addressed path bank selected. S5's flow matched against the
-        operations that will sit in S7, S8 and S9 when it computes (the newest match encoded). Loads S6."""
+        an existing flow on ``p`` takes: when ``p`` is not eligible (isolated), the fastest eligible safe path,
+        else the new-flow path; when it is, the fastest eligible path in ``p``'s window, else ``p``. The addressed
+        path bank selected. S5's flow matched against the operations that will sit in S7, S8 and S9 when it
+        computes (the newest match encoded). Loads S6."""
         n, pb = self._n, self._pb
         s5, s6, s7, s8 = s["s5"], s["s6"], s["s7"], s["s8"]
         newp, _ = _winner(m, "s5_new", elig5, beats, n)
@@ -394,9 +402,10 @@ class Route(wiring.Component):
         pmem = Signal(pb, name="s6_path_mem")
         picks = []
         for p in range(n):
-            members = Cat(*[(win[p, q] & elig5[q]) if q != p else C(0, 1) for q in range(n)])
+            # one winner per p over its member bits (S4: the window when p is eligible, the safe set when not)
+            members = Cat(*[win[p, q] if q != p else C(0, 1) for q in range(n)])
             dec, found = _winner(m, f"s5_p{p}", members, beats, n)
-            picks.append(Mux(~elig5[p], newp, Mux(found, dec, p)))
+            picks.append(Mux(found, dec, Mux(elig5[p], p, newp)))
         hits = [o.valid & o.ok & (o.item.flow == s5.item.flow) for o in (s6, s7, s8)]
         with m.If(adv):
             m.d.sync += [c.eq(v) for c, v in zip(cand, picks)]

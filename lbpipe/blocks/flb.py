@@ -13,7 +13,7 @@ BLOCKS = []
 def _route_extra(params, component):
     pb = max(1, (params["n_paths"] - 1).bit_length())
     per_flow = 1 + params["time_bits"] + pb
-    scale = "; ".join(f"{n // 1024}K: {n * per_flow / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 14, 1 << 16, 100_000))
+    scale = "; ".join(f"{n:,} flows: {n * per_flow / 8 / 1024:.0f} KiB" for n in (1 << 10, 1 << 14, 1 << 16, 100_000))
     return {
         "Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.1f} KiB: flow table "
                   f"{params['n_flows']} x {per_flow} bit (valid, {params['time_bits']}-bit stamp, {pb}-bit path), "

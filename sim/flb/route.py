@@ -10,7 +10,8 @@ Per flow: the tick of its previous packet and its path. Per destination: each pa
 isolated-path set. A packet whose flow has no entry, or an entry ``timeout`` ticks old or older (the gap is taken
 modulo ``2**time_bits``), is a new flow: it takes the minimum-delay eligible path (eligible: not isolated, or every
 path when all are isolated; ties to the lowest index). An existing flow on path ``p`` with gap ``dt``: if ``p`` is
-not eligible it takes the new-flow choice; otherwise the fastest eligible ``p'`` with ``0 < delay(p) - delay(p') <
+not eligible it takes the fastest eligible ``p'`` with ``delay(p) - delay(p') < dt`` (it cannot overtake the
+previous packet), else the new-flow choice; otherwise the fastest eligible ``p'`` with ``0 < delay(p) - delay(p') <
 dt``, else ``p``.
 
 Also here: :func:`route_trace` (seeded random traces).
@@ -90,7 +91,9 @@ class Route:
         else:
             cur = entry[1]
             if cur not in elig:
-                path = self._fastest(dest, elig)
+                # off an isolated path: the fastest path that cannot overtake the previous packet, else the fastest
+                safe = [q for q in elig if d[cur] - d[q] < gap]
+                path = self._fastest(dest, safe or elig)
             else:
                 window = [q for q in elig if 0 < d[cur] - d[q] < gap]
                 path = self._fastest(dest, window) if window else cur
