@@ -156,6 +156,9 @@ def _run_sby(workdir, mode, depth, env, deadline=None):
         except subprocess.TimeoutExpired:
             _kill_session(proc)
             return "TIMEOUT", task, proc.pid
+        except BaseException:       # Ctrl-C: the session does not get the terminal's SIGINT, so stop it here
+            _kill_session(proc)
+            raise
     status_file = task / "status"
     status = status_file.read_text().split()[0] if status_file.exists() else "ERROR"
     return status, task, proc.pid
@@ -189,6 +192,9 @@ def _run_gf2(proof, workdir, depth, env, start, deadline, limit):
         except subprocess.TimeoutExpired:
             _kill_session(proc)
             result.result, result.detail = "TIMEOUT", f"killed after the {limit:g} s limit"
+        except BaseException:
+            _kill_session(proc)
+            raise
     if result.result != "TIMEOUT" and proc.returncode == 0:
         netlist = gf2.load(task / "gates.json")
         checked = gf2.check_netlist(netlist)

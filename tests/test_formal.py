@@ -458,3 +458,43 @@ def test_themis_d_broken_queue_is_caught(tmp_path, fault, reason):
 @pytest.mark.parametrize("proof", select("themis-d"), ids=lambda p: f"{p.block}: {p.prop}")
 def test_themis_d_proofs_pass(tmp_path, proof):
     _expect_pass(tmp_path, proof)
+
+
+# -- gf2 on hand-written gate netlists: what it decides, and what it refuses --------------------------------------
+
+def _gate_netlist(cells):
+    """A Yosys JSON netlist of module ``top``: inputs ``x`` (2 bits, nets 2 and 3) and the given cells."""
+    return {"modules": {"top": {"ports": {"x": {"direction": "input", "bits": [2, 3]}}, "cells": cells}}}
+
+
+def _gate(kind, out, **inputs):
+    dirs = {p: "input" for p in inputs}
+    key = "Q" if "DFF" in kind else "Y"
+    dirs[key] = "output"
+    return {"type": kind, "port_directions": dirs, "connections": {**{p: [b] for p, b in inputs.items()}, key: [out]},
+            "attributes": {}}
+
+
+def _check(kind, a, src):
+    return {"type": kind, "port_directions": {"A": "input", "EN": "input"}, "connections": {"A": [a], "EN": ["1"]},
+            "attributes": {"src": src}}
+
+
+def test_gf2_decides_and_refuses_by_hand():
+    from lbpipe.formal.lib.gf2 import check_netlist
+    # x0 XNOR x0 is 1 for every input: PASS. x0 XOR x1 is 0 when x0 = x1: FAIL, with such a counterexample.
+    proven = check_netlist(_gate_netlist({"g": _gate("$_XNOR_", 10, A=2, B=2), "a": _check("$assert", 10, "t.py:1")}))
+    assert proven["status"] == "PASS"
+    failed = check_netlist(_gate_netlist({"g": _gate("$_XOR_", 10, A=2, B=3), "a": _check("$assert", 10, "t.py:2")}))
+    assert failed["status"] == "FAIL" and failed["failed"] == ["t.py:2"]
+    x = failed["counterexample"]["x"]
+    assert (x & 1) == (x >> 1 & 1)
+    # No assertion at all, an assertion on a flip-flop's output, an AND of two inputs: ERROR, never PASS.
+    none = check_netlist(_gate_netlist({"g": _gate("$_XOR_", 10, A=2, B=3), "c": _check("$cover", 10, "t.py:3")}))
+    assert none["status"] == "ERROR" and "no assertion" in none["detail"]
+    state = check_netlist(_gate_netlist({"f": _gate("$_DFF_P_", 10, C=2, D=3),
+                                         "g": _gate("$_XOR_", 11, A=10, B=2), "a": _check("$assert", 11, "t.py:4")}))
+    assert state["status"] == "ERROR" and "state" in state["detail"]
+    product = check_netlist(_gate_netlist({"g": _gate("$_AND_", 10, A=2, B=3), "h": _gate("$_XOR_", 11, A=10, B=2),
+                                           "a": _check("$assert", 11, "t.py:5")}))
+    assert product["status"] == "ERROR" and "not affine" in product["detail"]

@@ -8,8 +8,9 @@ evaluated, gate by gate, as an *affine form* over GF(2) of the free input bits: 
 operand, and a MUX choosing between two constants on an affine select are exact on affine forms. The comparators the
 assertions end in (``a == b`` becomes NOT(OR of XORs)) are kept one level further, as an AND or an OR of affine
 forms. Any other gate (an AND of two non-constant nets, say) makes the method report ``ERROR`` ("not affine"): the
-result is never a guess. Flip-flop outputs and undefined constants become fresh free variables (a property proven
-for every value of them holds in every reachable state).
+result is never a guess. The method is for combinational networks: a check that depends on a flip-flop output, an
+undriven net or an undefined constant is also ``ERROR`` (a free state bit would make a cover look reachable from an
+unreachable state, and its value would be missing from the counterexample), and so is a netlist with no assertion.
 
 An assertion ``EN -> A`` then fails iff a linear system over GF(2) is consistent (Gaussian elimination): for
 ``A`` affine, ``A = 0``; for an AND of forms, some form ``= 0``; for an OR of forms, every form ``= 0``. A cover is
@@ -230,11 +231,19 @@ def check_netlist(netlist):
         return net_value[net] if isinstance(net, int) else fresh(f"constant {net}")
 
     result = {"status": "PASS", "failed": [], "unreached": [], "counterexample": None, "detail": ""}
+    n_ports = len(variables)           # variables from here on are flip-flops, undriven nets, undefined constants
+    if not any(kind == "$assert" for kind, _ in checks):
+        result.update(status="ERROR", detail="no assertion in the netlist: nothing would be proven")
+        return result
     try:
         for kind, cell in checks:
             src = cell.get("attributes", {}).get("src", "?").split("|")[0]
             a = value(cell["connections"]["A"][0])
             en = value(cell["connections"]["EN"][0])
+            if (_support(a) | _support(en)) >> n_ports:
+                # A free state bit would over-approximate (sound for an assertion, not for a cover) and its value
+                # would be missing from the counterexample: this method is for combinational networks only.
+                raise NotAffine(f"{kind} at {src} depends on state or on an undefined net, not only on inputs")
             if kind == "$assume":
                 if not (_is_const(en) and en[2] == 0):
                     raise NotAffine(f"an assumption ({src}); this method proves only unconstrained networks")
@@ -254,6 +263,16 @@ def check_netlist(netlist):
     if result["failed"]:
         result["status"] = "FAIL"
     return result
+
+
+def _support(v):
+    """The variables ``v`` depends on, as a mask."""
+    if v[0] == "a":
+        return v[1]
+    mask = 0
+    for m, _ in v[1]:
+        mask |= m
+    return mask
 
 
 def _ports(variables, x):
