@@ -14,7 +14,7 @@ import re
 import zlib
 
 import pytest
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
@@ -373,6 +373,38 @@ class _BrokenBridge(wiring.Component):
             m.d.comb += inner.ctl.ready.eq(1)
         elif fault == "strobes_ignored":
             m.d.comb += bus.wstrb.eq(0b1111)
+        elif fault == "rresp_slverr":
+            m.d.comb += outer.rresp.eq(0b10)
+        elif fault == "r_unstable":
+            # RDATA's bit 0 flips once the read data has waited a cycle.
+            waited = Signal()
+            m.d.sync += waited.eq(outer.rvalid & ~outer.rready)
+            m.d.comb += outer.rdata.eq(bus.rdata ^ waited)
+        elif fault == "b_after_ar":
+            # A B offered the cycle after a read address is taken, whether or not a write is waiting.
+            fake = Signal()
+            m.d.sync += fake.eq(outer.arvalid & outer.arready)
+            m.d.comb += outer.bvalid.eq(bus.bvalid | fake)
+        elif fault == "accept_all":
+            # AW and W always ready: beats the bridge is not ready for are taken and lost.
+            m.d.comb += [outer.awready.eq(1), outer.wready.eq(1)]
+        elif fault == "b_late":
+            # B offered two cycles after the bridge has it.
+            d1, d2 = Signal(), Signal()
+            m.d.sync += [d1.eq(bus.bvalid), d2.eq(d1 & bus.bvalid)]
+            m.d.comb += [outer.bvalid.eq(bus.bvalid & d2), bus.bready.eq(outer.bready & d2)]
+        elif fault == "unmapped_one":
+            m.d.comb += outer.rdata.eq(Mux(bus.rdata == 0, 1, bus.rdata))
+        elif fault == "ctl_unasked":
+            # One command, the registers as they are, offered on the second cycle after reset with no COMMIT.
+            count = Signal(2)
+            m.d.sync += count.eq(count + (count != 3))
+            m.d.comb += self.ctl.valid.eq(inner.ctl.valid | (count == 2))
+        elif fault == "ctl_twice":
+            # A command taken is offered once more, the next cycle.
+            again = Signal()
+            m.d.sync += again.eq(inner.ctl.valid & self.ctl.ready)
+            m.d.comb += self.ctl.valid.eq(inner.ctl.valid | again)
         return m
 
 
@@ -385,8 +417,17 @@ class _BrokenBridge(wiring.Component):
     ("ctl_not_waited", "order", "COMMIT answered before ctl took its command", 10),
     ("strobes_ignored", "order", "ctl payload is not the registers", 10),
     ("ident", "handshake", "ID read wrong", 6),
+    ("rresp_slverr", "handshake", "RRESP not OKAY", 8),
+    ("r_unstable", "handshake", "R not stable while waiting", 8),
+    ("b_after_ar", "handshake", "B without an accepted AW and W", 8),
+    ("accept_all", "handshake", "more than two writes waiting for their B", 8),
+    ("b_late", "handshake", "a B owed and not offered", 10),
+    ("unmapped_one", "handshake", "unmapped read not 0", 8),
+    ("ctl_unasked", "order", "ctl command offered with no COMMIT waiting for its B", 6),
+    ("ctl_twice", "order", "more ctl commands than COMMIT writes", 10),
 ], ids=["b-unstable", "slverr", "r-twice", "stale-b-after-reset", "ctl-withdrawn", "commit-b-early",
-        "strobes-ignored", "wrong-ident"])
+        "strobes-ignored", "wrong-ident", "rresp-slverr", "r-unstable", "b-after-ar", "accept-all", "b-late",
+        "unmapped-one", "ctl-unasked", "ctl-twice"])
 def test_broken_axil_bridge_is_caught(tmp_path, fault, part, reason, depth):
     from lbpipe.formal.lib.axil import AxilBridgeContract
     build = (lambda: _BrokenBridge("none", ident=0x12345678)) if fault == "ident" else (lambda: _BrokenBridge(fault))

@@ -82,6 +82,7 @@ class AxilBridgeContract(Harness):
     def elaborate(self, platform):
         m = Module()
         rst, _ = self.domain(m)
+        self._rst = rst
         m.submodules.dut = dut = self._build()
         bus, ctl = dut.axil, dut.ctl
         _manager_channel(self, m, bus.awvalid, bus.awready, [(bus.awaddr, len(bus.awaddr)), (bus.awprot, 3)], "aw")
@@ -115,8 +116,8 @@ class AxilBridgeContract(Harness):
         m.d.comb += [
             Cover(bus.bvalid & ~bready & (aw_out == 2)),
             Cover(bus.rvalid & ~rready),
-            Cover(w_fire & ~aw_fire & (w_out >= aw_out)),
-            Cover(aw_fire & ~w_fire & (aw_out >= w_out)),
+            Cover(~rst & w_fire & ~aw_fire & (w_out >= aw_out)),
+            Cover(~rst & aw_fire & ~w_fire & (aw_out >= w_out)),
             Cover(ctl.valid & ~ctl_ready & ~bus.bvalid),
             Cover(rst & bus.bvalid),
             Cover(r_fire & ctl.valid),
@@ -159,6 +160,8 @@ class AxilBridgeContract(Harness):
         m.d.comb += [
             Assert(~bus.rvalid | (ar_word != ID) | (bus.rdata == Const(self._ident, 32)), "ID read wrong"),
             Assert(~bus.rvalid | (ar_word != UNMAPPED) | (bus.rdata == 0), "unmapped read not 0"),
+            Cover(~self._rst & bus.rvalid & (ar_word == ID)),
+            Cover(~self._rst & bus.rvalid & (ar_word == UNMAPPED)),
         ]
         return aw_out, w_out
 
@@ -192,12 +195,14 @@ class AxilBridgeContract(Harness):
         commits_b, commands = Signal(4), Signal(4)
         commit_b = b_fire & (head_word == COMMIT)
         m.d.sync += [commits_b.eq(commits_b + commit_b), commands.eq(commands + ctl_fire)]
+        commit_waits = (aw_out > 0) & (w_out > 0) & (head_word == COMMIT)
         expected = ((ctl.payload.table == shadow[TABLE]) & (ctl.payload.index == shadow[INDEX]) &
                     (ctl.payload.data == Cat(shadow[DATA_LO], shadow[DATA_HI])))
         m.d.comb += [
             Assert(~ctl.valid | expected, "ctl payload is not the registers as the earlier writes left them"),
             Assert(~commit_b | (commands == commits_b + 1), "COMMIT answered before ctl took its command"),
             Assert(commands <= commits_b + 1, "more ctl commands than COMMIT writes"),
+            Assert(~ctl.valid | commit_waits, "ctl command offered with no COMMIT waiting for its B"),
             Cover(commit_b),
             Cover(ctl.valid & ~ctl.ready & (ctl.payload.table != 0) & (ctl.payload.data[32:] != 0)),
         ]
