@@ -168,9 +168,10 @@ def _children():
 
 
 def test_timeout_kills_the_proof(tmp_path):
-    # The Themis-S stream contract takes about 20 s; a 2 s limit must stop it and leave no process behind.
+    # The Themis-S stream contract to depth 60 takes far longer than its 2 s limit on any machine (depth 20 takes
+    # minutes): the limit must stop it and leave no process behind.
     proof = next(p for p in select("themis-s") if p.prop.startswith("stream contract"))
-    limited = Proof(proof.block, proof.prop, proof.build, depth=proof.depth, timeout=2.0)
+    limited = Proof(proof.block, proof.prop, proof.build, depth=60, timeout=2.0)
     before = set(_children())
     result = run_proof(limited, outdir=tmp_path)
     assert result.result == "TIMEOUT", result
@@ -186,6 +187,6 @@ def test_timeout_flag_overrides_and_is_checked(tmp_path, capsys):
         assert main(["prove", "lib-ring", "--timeout", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("lbpipe:") and "--timeout" in err
-    # --timeout replaces the rows' limits: a ring proof (seconds) under a 0.5 s limit times out, exit status 1.
-    assert main(["prove", "lib-ring", "--depth", "2", "--timeout", "0.5"]) == 1
+    # --timeout replaces the rows' limits: ring proofs at k = 40 under a 0.5 s limit time out, exit status 1.
+    assert main(["prove", "lib-ring", "--depth", "40", "--timeout", "0.5"]) == 1
     assert "TIMEOUT" in capsys.readouterr().out
