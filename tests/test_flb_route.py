@@ -191,12 +191,17 @@ def test_bad_parameters(kwargs, exc):
 
 # -- random traces -----------------------------------------------------------------------------------------------------
 
+def _random_params(rng):
+    """Random parameters within the datasheet's ranges, small enough for Icarus."""
+    tb = rng.randrange(4, 17)
+    return dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
+                time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_golden_matches_the_rederivation(seed):
     rng = random.Random(seed)
-    tb = rng.randrange(4, 17)
-    params = dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
-                  time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+    params = _random_params(rng)
     ev = route_trace(seed, 1500, **params)
     assert _fields(run_golden("flb-route", params, ev)) == algorithm1(ev, **params)
 
@@ -334,9 +339,7 @@ def test_rtl_banks_reset_state():
 @pytest.mark.parametrize("seed", range(6))
 def test_rtl_long_random(seed):
     rng = random.Random(seed)
-    tb = rng.randrange(4, 17)
-    params = dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
-                  time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+    params = _random_params(rng)
     ev = route_trace(seed, 3000, **params)
     out = run_rtl("flb-route", params, ev, idle=0.2, backpressure=0.3, seed=seed, compare=False)
     assert _fields(out) == algorithm1(ev, **params)
