@@ -375,9 +375,9 @@ def cmd_replay(args):
         return 0
     if args.ctl or args.actions:
         raise ValueError("--ctl and --actions are for packet stages; a metadata trace carries its commands")
-    if args.engine == "bmv2":
-        raise ValueError("--engine bmv2 runs packet pipelines' P4 programs (themis-s-wire, themis-d-wire), not "
-                         "metadata blocks")
+    if args.engine == "bmv2" and block.name != "flb-route":
+        raise ValueError("--engine bmv2 runs the P4 programs of themis-s-wire, themis-d-wire (frames) and flb-route "
+                         "(a metadata trace as frames, p4/README.md), not other blocks")
     events = read_events(args.trace)
     if args.output:
         _output_file(args.output)
@@ -386,6 +386,9 @@ def cmd_replay(args):
     with progress.step(f"{block.name}: {len(events)} events through the {args.engine} engine"):
         if args.engine == "golden":
             outputs = run_golden(block, params, events)
+        elif args.engine == "bmv2":
+            from . import p4
+            outputs = p4.replay_items(block.name, params, events)
         elif args.engine == "fast":
             outputs = run_fast(block, params, events, idle=args.idle, backpressure=args.backpressure,
                                seed=args.seed, stats=stats)

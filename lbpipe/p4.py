@@ -18,13 +18,14 @@ import time
 
 __all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_commands", "compile_program",
            "run_switch", "PROGRAMS", "P4_DIR", "load_test", "run_test", "replay", "themis_d_params",
-           "themis_d_classes", "compare"]
+           "themis_d_classes", "compare", "crc16", "flb_edge_params", "flb_edge_commands", "flb_tick",
+           "flb_decision", "flb_route_frames", "replay_items"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
 
 #: The P4 programs and the lbpipe block whose golden model they follow.
-PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire"}
+PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route"}
 
 #: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
 THEMIS_D_MAX_QPS = 64
@@ -365,6 +366,8 @@ def replay(block, params, frames, ctl, tools=None):
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
+    if block == "flb-route":
+        raise ValueError("flb-route is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
     if block == "themis-d-wire":
         full = themis_d_params(params)
         longest = max((len(f) for f in frames), default=0)
@@ -380,3 +383,164 @@ def replay(block, params, frames, ctl, tools=None):
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
         json_path = compile_program(P4_DIR / f"{programs[block]}.p4", tmp, tools)
         return run_switch(json_path, frames, commands, tools=tools, expect=len(frames))
+
+
+# -- FLB (p4/flb_edge.p4, block flb-route) ----------------------------------------------------------------------------
+
+#: The largest tables p4/flb_edge.p4 is built with (its MAX_PATHS and MAX_DESTS); its flow table is 2^16 (CRC16).
+FLB_MAX_PATHS = 8
+FLB_MAX_DESTS = 256
+#: The test harness header of flb_edge.p4 (p4/README.md): its EtherType and its layout (offsets from the header).
+FLB_TICK_TYPE = 0x88B5
+FLB_TICK_LEN = 28
+
+
+def crc16(data):
+    """v1model's ``crc16`` (bmv2): CRC-16/ARC, polynomial 0x8005 reflected (0xA001), initial value 0, no final XOR."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+    return crc
+
+
+def flb_edge_params(params):
+    """The ``flb-route`` parameters with their defaults, checked against what p4/flb_edge.p4 models; raises
+    ValueError with one line for the others."""
+    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16, "timeout": 4096}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"flb-route has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.flb.route import check_parameters
+    check_parameters(**full)
+    if (full["n_flows"], full["time_bits"], full["delay_bits"]) != (65536, 16, 16) or \
+            full["n_paths"] > FLB_MAX_PATHS or full["n_dests"] > FLB_MAX_DESTS:
+        raise ValueError(f"flb_edge.p4 models n_flows 65536 (CRC16), 16-bit ticks and delays, n_paths <= "
+                         f"{FLB_MAX_PATHS} and n_dests <= {FLB_MAX_DESTS}")
+    return full
+
+
+def _flb_ctl(cmd):
+    try:
+        table, index, data = int(cmd["table"]), int(cmd["index"]), int(cmd.get("data", 0))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"a control command has integer table, index and data, not {cmd!r}") from None
+    if not (0 <= table < 1 << 8 and 0 <= index < 1 << 24 and 0 <= data < 1 << 64):
+        raise ValueError(f"a ctl command has an 8-bit table, 24-bit index and 64-bit data, not {cmd!r}")
+    return table, index, data
+
+
+def flb_edge_commands(ctl, params, routes):
+    """``simple_switch_CLI`` lines for p4/flb_edge.p4: the configuration, the routes (``(prefix, length, dest)``:
+    ``dest_edge`` LPM entries), and the delay and isolation registers from ``flb-route`` control commands applied in
+    order with the block's rules (table 0 DELAY ``dest << 4 | path``, table 1 ISOLATE ``dest``; an out-of-range
+    destination, path or value, or another table, changes nothing; the last write wins)."""
+    p = flb_edge_params(params)
+    delay, isolated = {}, {}
+    for cmd in ctl:
+        table, index, data = _flb_ctl(cmd)
+        if table == 0 and index >> 4 < p["n_dests"] and index & 15 < p["n_paths"] and data < 1 << 16:
+            delay[(index >> 4) * FLB_MAX_PATHS + (index & 15)] = data
+        elif table == 1 and index < p["n_dests"] and data < 1 << p["n_paths"]:
+            isolated[index] = data
+    lines = [f"table_set_default flb_config set_config {p['n_paths']} {p['n_dests']} {p['timeout']}"]
+    lines += [f"table_add dest_edge set_dest {prefix}/{length} => {dest}" for prefix, length, dest in routes]
+    lines += [f"register_write r_delay {i} {delay[i]}" for i in sorted(delay)]
+    lines += [f"register_write r_isolated {i} {isolated[i]}" for i in sorted(isolated)]
+    return lines
+
+
+def flb_tick(op=0, *, kind=0, tag=0, now=0, table=0, index=0, data=0, ether_type=0x0800):
+    """The test harness header of flb_edge.p4 as it goes in (the output fields zero)."""
+    import struct
+    return struct.pack("!BBHIB", op, kind, tag, now, table) + index.to_bytes(3, "big") + \
+        struct.pack("!QHHBBH", data, 0, 0, 0, 0, ether_type)
+
+
+def flb_decision(frame):
+    """The decision flb_edge.p4 wrote into a frame's harness header: ``{kind, tag, now, flow, dest, path, ok, new,
+    rerouted}``, or None for a frame without it."""
+    import struct
+    if len(frame) < 14 + FLB_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != FLB_TICK_TYPE:
+        return None
+    _, kind, tag, now = struct.unpack_from("!BBHI", frame, 14)
+    flow, dest, path, flags = struct.unpack_from("!HHBB", frame, 14 + 20)
+    return {"kind": kind, "tag": tag, "now": now, "flow": flow, "dest": dest, "path": path, "ok": flags & 1,
+            "new": flags >> 1 & 1, "rerouted": flags >> 2 & 1}
+
+
+_CRC_INVERSE = []
+
+
+def _port_for(prefix, flow):
+    """The last two bytes ``x`` with ``crc16(prefix + x) == flow``. CRC-16/ARC is linear with initial value 0 and
+    no final XOR, so ``crc16(prefix + x) = crc16(prefix + 00) ^ crc16(x)``, and ``x -> crc16(x)`` is a bijection."""
+    if not _CRC_INVERSE:
+        basis = [crc16((1 << b).to_bytes(2, "big")) for b in range(16)]
+        table = [0] * 65536
+        for x in range(1, 65536):
+            low = x & -x
+            table[x] = table[x ^ low] ^ basis[low.bit_length() - 1]
+        inverse = [0] * 65536
+        for x, c in enumerate(table):
+            inverse[c] = x
+        _CRC_INVERSE.extend(inverse)
+    return _CRC_INVERSE[flow ^ crc16(prefix + b"\0\0")]
+
+
+def flb_route_frames(events, params):
+    """A ``flb-route`` metadata trace (``lbpipe trace flb-route``) as p4/flb_edge.p4's input: ``(commands, frames,
+    n_items)``. Commands before the first item go to the control plane (:func:`flb_edge_commands`), later ones
+    in-band (harness op 1, in trace order). Each item becomes an IPv4/UDP frame from 10.255.0.1 port 4096 to
+    10.0.DEST.1 (DEST's /24 routed to DEST, for every DEST the item field can hold) whose destination port makes
+    the CRC16 of its 5-tuple the item's flow; its tick, kind and tag ride in the harness header."""
+    import ipaddress
+    import struct
+    p = flb_edge_params(params)
+    dest_values = min(1 << max(1, (p["n_dests"] - 1).bit_length()), FLB_MAX_DESTS)
+    routes = [(f"10.0.{d}.0", 24, d) for d in range(dest_values)]
+    first = next((i for i, e in enumerate(events) if "item" in e), len(events))
+    commands = flb_edge_commands([e["ctl"] for e in events[:first] if "ctl" in e], p, routes)
+    src = ipaddress.IPv4Address("10.255.0.1").packed
+    eth = bytes.fromhex("020000000002" "020000000001") + struct.pack("!H", FLB_TICK_TYPE)
+    frames, n_items = [], 0
+    for event in events[first:]:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(eth + flb_tick(1, table=table, index=index, data=data) + bytes(32))
+            continue
+        item = event["item"]
+        dest, flow, now = item.get("dest", 0), item.get("flow", 0), item.get("now", 0)
+        if not (0 <= dest < dest_values and 0 <= flow < 65536 and 0 <= now < 65536):
+            raise ValueError(f"flb_edge.p4 takes flows below 65536, ticks below 65536 and destinations below "
+                             f"{dest_values}, not {item!r}")
+        dst = ipaddress.IPv4Address(f"10.0.{dest}.1").packed
+        dport = _port_for(src + dst + bytes([17]) + struct.pack("!H", 4096), flow)
+        udp = struct.pack("!HHHH", 4096, dport, 8 + 18, 0) + bytes(18)
+        ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, src, dst))
+        total = sum(struct.unpack("!10H", ip))
+        total = (total & 0xFFFF) + (total >> 16)
+        struct.pack_into("!H", ip, 10, ~((total & 0xFFFF) + (total >> 16)) & 0xFFFF)
+        frames.append(eth + flb_tick(0, kind=item.get("kind", 0), tag=item.get("tag", 0), now=now) + bytes(ip) + udp)
+        n_items += 1
+    return commands, frames, n_items
+
+
+def replay_items(block, params, events, tools=None):
+    """``lbpipe replay flb-route TRACE --engine bmv2``: the metadata trace through p4/flb_edge.p4 on bmv2
+    (:func:`flb_route_frames`); returns the output items, the golden model's fields read off the frames."""
+    if block != "flb-route":
+        raise ValueError(f"--engine bmv2 runs metadata traces of flb-route only (flb_edge.p4), not {block}")
+    commands, frames, n_items = flb_route_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "flb_edge.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    items = []
+    for frame in out:
+        d = flb_decision(frame)
+        items.append({"kind": d["kind"], "flow": d["flow"], "dest": d["dest"], "now": d["now"], "tag": d["tag"],
+                      "path": d["path"], "new": d["new"], "rerouted": d["rerouted"], "ok": d["ok"]})
+    return items

@@ -12,6 +12,9 @@ each QP (recirculation may interleave QPs otherwise: p4/README.md); the NACK sca
 the golden model's scan lengths; and the closed loop's NACK properties (sim/themis/net.py) are checked on the fates
 of the frames read off bmv2's output.
 
+FLB (flb_edge.p4, tests ``flb-*``): every packet's decision, and the flow (CRC16 of its 5-tuple), as the golden model
+sim/flb/route.py makes it when fed what this file re-derives from the input frames alone (its own CRC16 and LPM).
+
 The toolchain is found by :func:`lbpipe.p4.find_toolchain` (PATH, ~/.cache/lbpipe-p4, or installed there from
 ../shared/tools/p4); without it these tests skip with one line saying why.
 """
@@ -42,7 +45,10 @@ ALL_TESTS = sorted(d.name[5:] for d in (P4 / "sim").glob("test-*"))
 #: Themis-S tests (themis_tor.p4) and Themis-D tests (themis_d.p4).
 TESTS = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
          == "themis-s-wire"]
-TESTS_D = [n for n in ALL_TESTS if n not in TESTS]
+TESTS_D = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+           == "themis-d-wire"]
+#: FLB tests (flb_edge.p4).
+TESTS_FLB = [n for n in ALL_TESTS if n not in TESTS and n not in TESTS_D]
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +344,136 @@ def test_cli_replay_bmv2(tools, tmp_path):
                                "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert read_pcap(outs["bmv2"]) == read_pcap(outs["golden"]) == read_pcap(where / "packets_out.pcap")
+
+
+# -- FLB (flb_edge.p4) ------------------------------------------------------------------------------------------------
+
+def _crc16_arc(data):
+    """CRC-16/ARC (bmv2's crc16) written again here, MSB-first on reflected bytes: polynomial 0x8005, initial 0, no
+    final XOR, input and output reflected. The catalogue's check value pins it (test_flb_crc16)."""
+    reg = 0
+    for byte in data:
+        reg ^= int(f"{byte:08b}"[::-1], 2) << 8
+        for _ in range(8):
+            reg = ((reg << 1) ^ 0x8005) & 0xFFFF if reg & 0x8000 else (reg << 1) & 0xFFFF
+    return int(f"{reg:016b}"[::-1], 2)
+
+
+def test_flb_crc16():
+    """The test's CRC16 gives the CRC catalogue's check value for CRC-16/ARC; lbpipe/p4.py's (which writes the test
+    frames) agrees; bmv2's agrees too, checked frame by frame by test_flb_bmv2_matches_golden (the flow it writes)."""
+    import random
+    assert _crc16_arc(b"123456789") == 0xBB3D
+    rng = random.Random(1)
+    for n in (0, 1, 2, 13, 13, 13, 40):
+        data = bytes(rng.randrange(256) for _ in range(n))
+        assert p4.crc16(data) == _crc16_arc(data)
+
+
+def _flb_expected(name):
+    """Re-derived here from the test's input frames, routes and initial commands: each packet frame's decision by
+    the golden model fed the CRC16 of its 5-tuple (scapy's fields, ports 0 unless an unfragmented TCP/UDP packet),
+    its longest-prefix destination (none: 0xFFFF) and the tick of its harness header; in-band commands applied in
+    order. Returns ``(test, expected frames, golden outputs)``."""
+    import ipaddress
+    from scapy.layers.inet import IP, TCP, UDP
+    from lbpipe.sim.flb.route import Route
+    test = p4.load_test(name)
+    routes = json.loads((test["dir"] / "test.json").read_text())["routes"]
+    model = Route(**test["params"])
+    for cmd in _ctl(name):
+        model.control(cmd)
+    frames, outs = [], []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5
+        op, kind, tag, now, table = struct.unpack_from("!BBHIB", frame, 14)
+        if op == 1:
+            index = int.from_bytes(frame[23:26], "big")
+            (data,) = struct.unpack_from("!Q", frame, 26)
+            model.control({"table": table, "index": index, "data": data})
+            continue
+        flow, dest = 0, 0xFFFF
+        if struct.unpack_from("!H", frame, 40)[0] == 0x0800:
+            ip = IP(frame[42:])
+            ports = (0, 0)
+            if ip.flags.MF == 0 and ip.frag == 0 and (TCP in ip or UDP in ip):
+                l4 = ip[TCP] if TCP in ip else ip[UDP]
+                ports = (l4.sport, l4.dport)
+            flow = _crc16_arc(ipaddress.IPv4Address(ip.src).packed + ipaddress.IPv4Address(ip.dst).packed
+                              + struct.pack("!BHH", ip.proto, *ports))
+            best = -1
+            for prefix, length, d in routes:
+                if length > best and ipaddress.IPv4Address(ip.dst) in ipaddress.IPv4Network(f"{prefix}/{length}"):
+                    best, dest = length, d
+        out = model.process({"kind": kind, "flow": flow, "dest": dest, "now": now & 0xFFFF, "tag": tag})
+        outs.append(out)
+        flags = out["ok"] | out["new"] << 1 | out["rerouted"] << 2
+        frames.append(frame[:34] + struct.pack("!HHBB", flow, dest, out["path"], flags) + frame[40:])
+    return test, frames, outs
+
+
+def test_flb_commands_from_ctl():
+    """Hand-worked: configuration, routes, the last delay and isolation write wins, out-of-range destinations,
+    paths, values and other tables ignored, a delay register at dest * 8 + path; parameters refused."""
+    params = dict(n_paths=4, n_dests=3, timeout=50)
+    ctl = [{"table": 0, "index": 2 << 4 | 3, "data": 7}, {"table": 0, "index": 2 << 4 | 3, "data": 9},
+           {"table": 0, "index": 1 << 4 | 4, "data": 1}, {"table": 0, "index": 3 << 4, "data": 1},
+           {"table": 0, "index": 0, "data": 1 << 16}, {"table": 0, "index": 1, "data": 0xFFFF},
+           {"table": 1, "index": 1, "data": 0b1010}, {"table": 1, "index": 2, "data": 0b10000},
+           {"table": 1, "index": 3, "data": 1}, {"table": 2, "index": 0, "data": 5}]
+    assert p4.flb_edge_commands(ctl, params, [("10.0.0.0", 8, 2)]) == [
+        "table_set_default flb_config set_config 4 3 50",
+        "table_add dest_edge set_dest 10.0.0.0/8 => 2",
+        "register_write r_delay 1 65535",
+        "register_write r_delay 19 9",
+        "register_write r_isolated 1 10",
+    ]
+    for bad in (dict(n_paths=9), dict(n_dests=257), dict(n_flows=4096), dict(time_bits=32), dict(delay_bits=8),
+                dict(timeout=0), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.flb_edge_commands([], dict(params, **bad), [])
+    with pytest.raises(ValueError):
+        p4.flb_edge_commands([{"table": 0, "index": 1 << 24, "data": 0}], params, [])
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("flb-route", {}, [], [])
+    with pytest.raises(ValueError, match="flb-route only"):
+        p4.replay_items("themis-s-wire", {}, [])
+
+
+@pytest.mark.parametrize("name", TESTS_FLB)
+def test_flb_stored_files_match_golden(name):
+    """commands.txt comes from ctl.jsonl and the routes through lbpipe/p4.py; packets_out.pcap and trace.jsonl are
+    what this file re-derives from packets_in.pcap."""
+    test, frames, outs = _flb_expected(name)
+    routes = [tuple(r) for r in json.loads((test["dir"] / "test.json").read_text())["routes"]]
+    assert test["commands"] == p4.flb_edge_commands(_ctl(name), test["params"], routes)
+    assert test["expected"] == frames
+    items = [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    assert [{k: o[k] for k in ("kind", "flow", "dest", "now", "tag")} for o in outs] == items
+
+
+@pytest.mark.parametrize("name", TESTS_FLB)
+def test_flb_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs flb_edge.p4 on the test's frames: every packet leaves with the decision (and the flow, the CRC16
+    of its 5-tuple) the golden model makes when fed what this file re-derives; commands in-band are dropped."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "flb_edge.p4"])
+    _, expected, outs = _flb_expected(name)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(out, expected)):
+        assert a == b, f"packet #{i}: bmv2 {p4.flb_decision(a)}, golden {p4.flb_decision(b)}"
+    assert all(sum(o[k] for o in outs) > 0 for k in ("new", "rerouted")), "the test must create and move flows"
+
+
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-route")
+def test_cli_replay_flb_bmv2(tools, tmp_path):
+    """``lbpipe replay flb-route TRACE --engine bmv2`` writes the items the golden engine writes (flb-mixed)."""
+    test = json.loads((P4 / "sim" / "test-flb-mixed" / "test.json").read_text())
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.jsonl"
+        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-route",
+                               str(P4 / "sim" / "test-flb-mixed" / "trace.jsonl"), *flags, "--engine", engine,
+                               "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert read_events(outs["bmv2"]) == read_events(outs["golden"])

@@ -8,6 +8,7 @@ Each directory holds what the test needs, the inputs first:
   packets_out.pcap  the expected frames out (port 1): the golden model's output for the same frames and commands
 
 tests/test_p4.py checks that commands.txt and packets_out.pcap are what this script derives, then runs bmv2.
+The flb_edge.p4 tests (test-flb-*) are written by make_flb_tests.py.
 """
 
 import json
