@@ -161,6 +161,24 @@ def _flb_route_packets(params, n=2000):
     return events
 
 
+def _flb_owd_packets(params, n=2000):
+    """One packet every clock: samples of 4 source edges on every path (runs of one (edge, path) back to back) and
+    reverse packets toward those edges, the one-way delays moving up and down."""
+    import random
+    rng = random.Random(1)
+    ne, n_p, mod = min(4, params["n_edges"]), params["n_paths"], 1 << params["time_bits"]
+    events = []
+    for t in range(n):
+        now = t % mod
+        if t % 3 == 2:
+            item = {"reverse": 1, "to_edge": rng.randrange(ne)}
+        else:
+            e, q = (t // 6) % ne, (t // 24) % n_p
+            item = {"sampled": 1, "edge": e, "path": q, "stamp": (now - 100 - rng.randrange(40)) % mod}
+        events.append({"item": {"kind": 1, "now": now, "tag": t & 0xFFFF, **item}})
+    return events
+
+
 def _pro_ooo_events(params, n=2000):
     """One event every clock: 8 QPs, each one's packets reordered within a few PSNs and 1% lost, back to back."""
     import random
@@ -196,6 +214,7 @@ BENCHES = {
     "pro-rr": [("one packet every clock, 32 QPs to 4 ToRs", lambda p: (p, _pro_rr_packets(p)))],
     "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
     "flb-route": [("one packet every clock, 64 flows to 4 destinations", lambda p: (p, _flb_route_packets(p)))],
+    "flb-owd": [("one packet every clock, samples and reverse packets of 4 edges", lambda p: (p, _flb_owd_packets(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

@@ -44,6 +44,8 @@ SCALE = {
     # 16 entries per path ring: 16K paths is 384 RAMB36 (19% of the U280); 64K would take three quarters of it.
     "laps-loss": ({"n_paths": lambda n: n}, SIZES[:3]),
     "flb-route": ({"n_flows": lambda n: n}, SIZES),
+    # n bases: n / 8 source edges of 8 paths (n_edges at most 1,024).
+    "flb-owd": ({"n_edges": lambda n: n // 8}, (1024, 4096, 8192)),
 }
 
 

@@ -36,6 +36,7 @@ DATASHEET_LATENCY = {
     "pro-rx-wire": 1,       # docs/pro_rx_wire.md: "1 cycle first beat in to first beat out"
     "laps-rx-wire": 16,     # docs/laps_rx_wire.md: "16 cycles from a data frame's first beat in to its ACK's"
     "flb-route": 7,         # docs/flb_route.md: "7 cycles"
+    "flb-owd": 4,           # docs/flb_owd.md: "4 cycles"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -54,6 +55,7 @@ DATASHEET_LEVELS = {
     "laps-rx-wire": 6,
     "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6, core and top
     "flb-route": 6,         # docs/flb_route.md: 6, core and top
+    "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
 }
 
 

@@ -1,5 +1,6 @@
 """Registry entries of FLB (paper 002; datasheet docs/flb_route.md): the source edge switch's per-packet path
-decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2)."""
+decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2); and the destination
+edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -56,4 +57,49 @@ BLOCKS.append(Block(
     paper={"SRAM (% of Tofino)": "4.12%", "Gateway (% of Tofino)": "9.56%", "hash bits (% of Tofino)": "5.87%",
            "ALU instructions (% of Tofino)": "8.2%"},
     report_extra=_route_extra,
+))
+
+# -- one-way-delay measurement and piggyback (flb-owd) -----------------------------------------------------------------
+
+
+def _owd_extra(params, component):
+    pb = max(1, (params["n_paths"] - 1).bit_length())
+    rows = 1 << max(1, (params["n_edges"] - 1).bit_length())
+    return {
+        "Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.2f} KiB: bases "
+                  f"{rows} x {1 << pb} x {1 + params['time_bits']} bit (valid, base), slots {rows} x "
+                  f"{1 + pb + params['delay_bits']} bit (fresh, path, delay)",
+        "Latency": f"{component.latency} cycles, one packet per clock (back-to-back samples of one (edge, path) "
+                   f"included)",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-owd",
+    summary="FLB destination edge switch: one-way delay of sampled packets minus the (modular) minimum per "
+            "(source edge, path), the newest measurement per edge piggybacked once on a packet going back",
+    paper_ref="FLB, section 3.1",
+    params=[
+        Param("n_edges", 16, "edge switches (source edges measured, edges piggybacked to), 1 to 1,024"),
+        Param("n_paths", 8, "paths per source edge, 2 to 16"),
+        Param("time_bits", 16, "width of the timer's ticks (stamp, now, base), 4 to 32"),
+        Param("delay_bits", 16, "width of a queueing delay in ticks (saturating), 4 to time_bits"),
+    ],
+    build=load("lbpipe.hdl.flb.owd:Owd"),
+    golden=load("lbpipe.sim.flb.owd:Owd"),
+    test_params=[
+        dict(n_edges=3, n_paths=5, time_bits=8, delay_bits=8),
+        dict(n_edges=4, n_paths=4, time_bits=6, delay_bits=6),
+        dict(n_edges=5, n_paths=3, time_bits=10, delay_bits=4),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_edges=rng.randrange(1, 40), n_paths=rng.randrange(2, 17), time_bits=tb,
+        delay_bits=rng.randrange(4, tb + 1)))(rng.randrange(4, 17)),
+    tb_module="lbpipe.tb.flb.test_owd",
+    trace="lbpipe.sim.flb.owd:owd_trace",
+    doc="docs/flb_owd.md",
+    paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12%, ALU instructions 8.2% (the delay measurement is not "
+                                                "broken out)"},
+    report_extra=_owd_extra,
 ))
