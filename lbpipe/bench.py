@@ -179,6 +179,30 @@ def _flb_owd_packets(params, n=2000):
     return events
 
 
+def _selb_cluster_sustained(params, n=6000, period=1500):
+    """One lookup and one queue sample every clock (the sample and the lookup of a clock share a group), paths in
+    four queue levels drifting, a tick every ``period`` clocks (above the engine's worst case at the defaults, so
+    no tick waits and the clustering time is hidden behind the period)."""
+    import random
+    rng = random.Random(1)
+    n_p, qmax = params["n_paths"], (1 << params["q_bits"]) - 1
+    # the engine's worst case (docs/selb_cluster.md), for parameters overridden beyond the defaults
+    worst = 3 * params["k"] * params["draws"] + params["iter_cap"] * (n_p + params["q_bits"] + 5) + 2
+    period = max(period, worst + 2)
+    levels = [qmax // 40, qmax // 8, qmax // 3, qmax // 2]
+    queue = [levels[p % 4] for p in range(n_p)]
+    events = []
+    for t in range(n):
+        if t % period == period - 1:
+            events.append({"smp": {"path": 0, "qlen": 0, "tick": 1}})
+        else:
+            p = t % n_p
+            queue[p] = max(0, min(qmax, queue[p] + rng.randrange(-qmax // 256 - 1, qmax // 256 + 2)))
+            events.append({"smp": {"path": p, "qlen": queue[p], "tick": 0}})
+        events.append({"item": {"kind": 1, "path": rng.randrange(n_p), "tag": t & 0xFFFF}})
+    return events
+
+
 def _pro_ooo_events(params, n=2000):
     """One event every clock: 8 QPs, each one's packets reordered within a few PSNs and 1% lost, back to back."""
     import random
@@ -215,6 +239,8 @@ BENCHES = {
     "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
     "flb-route": [("one packet every clock, 64 flows to 4 destinations", lambda p: (p, _flb_route_packets(p)))],
     "flb-owd": [("one packet every clock, samples and reverse packets of 4 edges", lambda p: (p, _flb_owd_packets(p)))],
+    "selb-cluster": [("one lookup + one queue sample every clock, a tick every 1,500 clocks",
+                      lambda p: (p, _selb_cluster_sustained(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

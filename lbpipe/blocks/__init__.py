@@ -6,14 +6,14 @@ entries in its own module here (``packet``, ``themis``, ...); this module only c
 datasheets.
 """
 
-from . import flb, laps, packet, pro, themis
+from . import flb, laps, packet, pro, selb, themis
 from .base import Block, Param, load, parse_params
 
 __all__ = ["Param", "Block", "BLOCKS", "get_block", "parse_params", "load"]
 
 #: Block name -> :class:`Block`: every mechanism's entries, in the order of the datasheets.
 BLOCKS = {}
-for _module in (packet, themis, laps, pro, flb):
+for _module in (packet, themis, laps, pro, flb, selb):
     for _block in _module.BLOCKS:
         if _block.name in BLOCKS:
             raise ValueError(f"block {_block.name!r} registered twice")

@@ -1,0 +1,59 @@
+"""Registry entries of SELB (paper 004; datasheet docs/selb_cluster.md): the source ToR's queue sampling and k-means
+path clustering engine (section III, Algorithm 1). Rerouting and the destination's reordering are later blocks."""
+
+from .base import Block, Param, load  # noqa: F401
+
+__all__ = ["BLOCKS"]
+
+BLOCKS = []
+
+# -- queue sampling and clustering (selb-cluster) ---------------------------------------------------------------------
+
+
+def _cluster_extra(params, component):
+    n, q = params["n_paths"], params["q_bits"]
+    worst = component.worst_case_cycles()
+    return {
+        "Latency": f"{component.latency} cycles, one lookup and one queue sample (or tick) per clock",
+        "Clustering time": f"3 clocks a draw, {n + q + 5} clocks a sweep (n_paths + q_bits + 5), worst case "
+                           f"{worst} clocks = {worst * 4 / 1000:.2f} us at 250 MHz ({params['iter_cap']} sweeps, "
+                           f"every draw used): the sample period must be at least this, else a tick waits",
+        "State": f"{n} paths x ({q}-bit latest, snapshot and previous queue lengths + 2 x (cluster, backup, "
+                 f"congested) + cluster) in registers; no memories",
+        "Paper": "SELB gives no hardware figures (NS-3 evaluation only)",
+    }
+
+
+BLOCKS.append(Block(
+    name="selb-cluster",
+    summary="SELB source ToR: queue sampling, growth-rate congestion marking, background k-means path clustering "
+            "(Algorithm 1) published atomically at each sample-period tick; one lookup per clock",
+    paper_ref="SELB, section III (Path Classification, Rerouting Strategy), Algorithm 1",
+    params=[
+        Param("n_paths", 64, "egress paths, a power of two from 2 to 1024"),
+        Param("k", 4, "clusters, 1 to 4"),
+        Param("q_bits", 16, "width of a queue length, 4 to 24"),
+        Param("iter_cap", 16, "most assignment sweeps per clustering, 1 to 255"),
+        Param("draws", 4, "draws per initial centroid before a duplicate value is accepted, 1 to 16"),
+        Param("theta", 64, "reset value of the congestion threshold: growth of a queue over one period"),
+        Param("lfsr_seed", 0xACE1, "reset value of the 16-bit LFSR that draws the initial centroids"),
+    ],
+    build=load("lbpipe.hdl.selb.cluster:Cluster"),
+    golden=load("lbpipe.sim.selb.cluster:Cluster"),
+    streams=("smp",),
+    test_params=[
+        dict(n_paths=8, k=2, q_bits=6, iter_cap=4, draws=2, theta=3, lfsr_seed=0xACE1),
+        dict(n_paths=16, k=4, q_bits=5, iter_cap=3, draws=3, theta=0, lfsr_seed=0x1234),
+        dict(n_paths=4, k=1, q_bits=4, iter_cap=1, draws=1, theta=15, lfsr_seed=1),
+    ],
+    regression_items=1500,
+    random_params=lambda rng: (lambda n, q: dict(
+        n_paths=n, k=rng.randrange(1, min(4, n) + 1), q_bits=q, iter_cap=rng.randrange(1, 9),
+        draws=rng.randrange(1, 5), theta=rng.randrange(1 << q), lfsr_seed=rng.randrange(1, 1 << 16)))(
+        1 << rng.randrange(1, 6), rng.randrange(4, 11)),
+    tb_module="lbpipe.tb.selb.test_cluster",
+    trace="lbpipe.sim.selb.cluster:cluster_trace",
+    doc="docs/selb_cluster.md",
+    paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
+    report_extra=_cluster_extra,
+))
