@@ -179,6 +179,23 @@ def _flb_owd_packets(params, n=2000):
     return events
 
 
+def _flb_cnm_events(params, n=2000):
+    """One queue event every clock: every port filling past K together (a CNM storm) and draining below it, enqueue
+    and dequeue amounts of a quarter to a half of K (at most the amount's width), 16 flows from 4 source edges."""
+    import random
+    rng = random.Random(1)
+    npo, k = params["n_ports"], params["threshold"]
+    a = max(1, min((1 << params["amount_bits"]) - 1, k // 2))
+    flows = [(rng.randrange(1 << params["flow_bits"]), rng.randrange(min(4, params["n_edges"]))) for _ in range(16)]
+    period = 2 * npo * (k // a + 2)
+    events = []
+    for t in range(n):
+        f = rng.choice(flows)
+        events.append({"item": {"port": t % npo, "deq": (t // period) % 2, "amount": rng.randrange(a // 2, a + 1),
+                                "flow": f[0], "src": f[1], "tag": t & 0xFFFF}})
+    return events
+
+
 def _selb_cluster_sustained(params, n=6000, period=1500):
     """One lookup and one queue sample every clock (the sample and the lookup of a clock share a group), paths in
     four queue levels drifting, a tick every ``period`` clocks (above the engine's worst case at the defaults, so
@@ -239,6 +256,7 @@ BENCHES = {
     "pro-ooo": [("one event every clock, 8 QPs, reordered", lambda p: (p, _pro_ooo_events(p)))],
     "flb-route": [("one packet every clock, 64 flows to 4 destinations", lambda p: (p, _flb_route_packets(p)))],
     "flb-owd": [("one packet every clock, samples and reverse packets of 4 edges", lambda p: (p, _flb_owd_packets(p)))],
+    "flb-cnm": [("one queue event every clock, every port crossing K together", lambda p: (p, _flb_cnm_events(p)))],
     "selb-cluster": [("one lookup + one queue sample every clock, a tick every 1,500 clocks",
                       lambda p: (p, _selb_cluster_sustained(p)))],
     "themis-d": [

@@ -37,6 +37,7 @@ DATASHEET_LATENCY = {
     "laps-rx-wire": 16,     # docs/laps_rx_wire.md: "16 cycles from a data frame's first beat in to its ACK's"
     "flb-route": 7,         # docs/flb_route.md: "7 cycles"
     "flb-owd": 4,           # docs/flb_owd.md: "4 cycles"
+    "flb-cnm": 6,           # docs/flb_cnm.md: "6 cycles"
     "selb-cluster": 2,      # docs/selb_cluster.md: "2 cycles"
 }
 
@@ -57,6 +58,7 @@ DATASHEET_LEVELS = {
     "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6, core and top
     "flb-route": 6,         # docs/flb_route.md: 6, core and top
     "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
+    "flb-cnm": 5,           # docs/flb_cnm.md: 5, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
 }
 

@@ -1,6 +1,7 @@
 """Registry entries of FLB (paper 002; datasheet docs/flb_route.md): the source edge switch's per-packet path
 decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2); and the destination
-edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md)."""
+edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md) and congestion detection (CNM,
+sections 3.2, 3.3; docs/flb_cnm.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -102,4 +103,53 @@ BLOCKS.append(Block(
     paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12%, ALU instructions 8.2% (the delay measurement is not "
                                                 "broken out)"},
     report_extra=_owd_extra,
+))
+
+# -- congestion detection and CNM generation (flb-cnm) -----------------------------------------------------------------
+
+
+def _cnm_extra(params, component):
+    eb = max(1, (params["n_edges"] - 1).bit_length())
+    per_port = params["q_bits"] + params["n_slots"] * (1 + params["flow_bits"] + eb)
+    return {
+        "State": f"registers, no memory: {params['n_ports']} ports x {per_port} bit ({params['q_bits']}-bit "
+                 f"estimate, {params['n_slots']} slots of valid, {params['flow_bits']}-bit flow, {eb}-bit source "
+                 f"edge)",
+        "Latency": f"{component.latency} cycles, one queue event per clock (back-to-back events of one port "
+                   f"included)",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-cnm",
+    summary="FLB destination edge switch: per-port queue estimate from enqueue/dequeue events; crossing the "
+            "isolation threshold K emits a congestion CNM per new flow (flow, source edge, n), falling below it "
+            "releases them one per event",
+    paper_ref="FLB, sections 3.2, 3.3, 5",
+    params=[
+        Param("n_ports", 8, "egress ports, 1 to 32"),
+        Param("n_slots", 4, "congested flows tracked per port, 1 to 8"),
+        Param("n_edges", 16, "edge switches (the CNM's destination), 1 to 1,024"),
+        Param("flow_bits", 16, "width of a flow id (16: the paper's CRC16), 1 to 24"),
+        Param("amount_bits", 8, "width of one event's amount (64-byte cells: a packet of up to 16 KB), 1 to q_bits"),
+        Param("q_bits", 16, "width of a queue estimate in cells (4 MB; saturating), 4 to 32"),
+        Param("threshold", 512, "isolation threshold K at reset in cells (32 KB; ctl table 0 rewrites it)"),
+    ],
+    build=load("lbpipe.hdl.flb.cnm:Cnm"),
+    golden=load("lbpipe.sim.flb.cnm:Cnm"),
+    test_params=[
+        dict(n_ports=3, n_slots=2, n_edges=4, flow_bits=5, amount_bits=6, q_bits=8, threshold=60),
+        dict(n_ports=4, n_slots=3, n_edges=3, flow_bits=4, amount_bits=4, q_bits=6, threshold=20),
+        dict(n_ports=2, n_slots=1, n_edges=5, flow_bits=6, amount_bits=8, q_bits=10, threshold=300),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda qb: dict(
+        n_ports=rng.randrange(1, 9), n_slots=rng.randrange(1, 9), n_edges=rng.randrange(1, 40),
+        flow_bits=rng.randrange(1, 17), amount_bits=rng.randrange(1, qb + 1), q_bits=qb,
+        threshold=rng.randrange(1, 1 << qb)))(rng.randrange(4, 17)),
+    tb_module="lbpipe.tb.flb.test_cnm",
+    trace="lbpipe.sim.flb.cnm:cnm_trace",
+    doc="docs/flb_cnm.md",
+    paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12% (the queue-size SRAM is not broken out)"},
+    report_extra=_cnm_extra,
 ))
