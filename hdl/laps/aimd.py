@@ -3,25 +3,31 @@ datasheet docs/laps_aimd.md).
 
 One ACK per clock: ``flow``, ``now`` and, per candidate slot, the PIT's ``valid``/``real_val``/``base_val`` (the
 PIT's output field names, so a NIC pipeline connects PIT -> AIMD by field). T = max base_val and t = min real_val
-over the valid slots (comparator trees, one tree level a bank); t > T is congestion. Per flow, in block RAM: the
+over the valid slots; t > T is congestion. t comes from a comparator tree (one level a bank); the paper variant
+tests t > T as "every valid base_val < t" (one compare a slot, no max tree), the simulator's, which also needs T and
+the largest real_val for its windows, builds their max trees. Per flow, in block RAM: the
 current and expected rate (kbit/s), the increase stage and a flag per window for "open" (set at creation) in one
 memory; the next-decrease and next-increase deadlines (48-bit ns) in another, a write enable each.
 
 Pipeline (banks B0..B6 and RW, all moved by one ``adv``; latency 8 for every parameter set)::
 
-    B0 slots, state read issued -> B1..BL trees        -> BL+1 t > T, deadlines (low) -> BL+2 deadlines (high)
+    B0 slots, state read issued -> B1..BL trees        -> BL+1 base_val < t (paper), deadlines (low)
+                                                          -> BL+2 t > T, deadlines (high)
                                    B1 state register   -> B2 .. B5 window tests, candidate rates
+                                   B4 second state read -> B6 registered
     B6 -> RW: hold-off, action, result, history; RW writes the state back (adjustments only)
 
 The state is read when an ACK is taken and written back from RW, 8 banks later. Instead of forwarding through
 a one-clock loop of compares and adds, an ACK does not adjust a flow that one of the ``HOLDOFF`` = 8 items before it
-adjusted (it reports the rates that adjustment left, forwarded from a history of the last 8 items): no adjustment
-then depends on another one's result, and each bank does one compare or one add.
+adjusted (it reports the rates that adjustment left: the second state read, issued from B4, has every write-back
+but the FORWARD = 3 nearest items', which B6 forwards from the history): no adjustment then depends on another
+one's result, and each bank does one compare or one add.
 
 Choices where the paper is silent (all in the datasheet): the window test is "now has reached the deadline"
 (paper) or "now is past it" (sim), 48-bit modular; no valid slot, t infinite or a non-ACK item adjust nothing;
 rates are clamped into [min_rate, line_rate] at creation and at every adjustment; the stage counter saturates at
-N + 1; the hold-off; reset removes every flow (a sweep with the inputs not ready).
+N + 1; the hold-off; reset removes every flow (a sweep with the inputs not ready); a removed flow's entry holds
+zeros, so a miss reports zeros straight from memory.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -30,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
-from lbpipe.hdl.lib.stage import RegisterBanks
+from lbpipe.hdl.lib.stage import RegisterBanks, counter32
 
 __all__ = ["Aimd", "AimdItem", "AimdResult", "check_parameters", "VARIANTS", "INFINITY", "TABLE_CREATE",
            "TABLE_REMOVE", "TABLE_LINE_RATE", "TABLE_MIN_RATE", "N_STATS", "HOLDOFF", "ACTION_NONE", "ACTION_INC",
@@ -52,6 +58,8 @@ N_STATS = 4                     # ACKs, misses, increases, decreases
 #: items before it adjusted, so no adjustment ever waits for another's arithmetic (datasheet, "Hold-off").
 HOLDOFF = 8
 DECIDE = 6                      # the bank the decision reads (B6 -> RW)
+#: The items ahead whose write-back the second state read (B4 -> B6) misses: forwarded in B6.
+FORWARD = 3
 _HALF = 24                      # 48-bit adds and compares work in 24-bit halves
 ACTION_NONE, ACTION_INC, ACTION_DEC = 0, 1, 2
 
@@ -163,6 +171,7 @@ class Aimd(wiring.Component):
         mem = memory.Memory(shape=_state_layout(), depth=self._n_flows, init=[])
         m.submodules.state = mem
         rd, wr = mem.read_port(), mem.write_port()
+        self._rd2 = mem.read_port()
         dmem = memory.Memory(shape=_deadline_bits(), depth=self._n_flows, init=[])
         m.submodules.deadlines = dmem
         drd, dwr = dmem.read_port(), dmem.write_port(granularity=TIME_BITS)
@@ -176,6 +185,7 @@ class Aimd(wiring.Component):
         self._window_tests(pipe)
         self._candidate_rates(pipe, lim)
         hist = self._history(m)
+        self._reread(m, pipe, adv)
         self._hold_matches(m, pipe, hist)
         rw = self._decide(m, pipe, adv, hist)
         self._output(m, adv, pipe, rw)
@@ -187,20 +197,19 @@ class Aimd(wiring.Component):
 
     def _limits(self, m):
         """The rate limits (reset to the parameters, written by ``ctl``) and values derived from them a clock later
-        (control waits for them): ``cross`` (min_rate > line_rate), ceil(min_rate / 2), and the limits less the
+        (control waits for them): ``cross`` (min_rate > line_rate) and the limits less the
         simulator's floor (so its compares stay 32 bits)."""
         line0, min0 = self._line0, self._min0
         lim = {"line": Signal(RATE_BITS, init=line0, name="line_rate"),
                "min": Signal(RATE_BITS, init=min0, name="min_rate"),
                "cross": Signal(name="limits_cross"),
-               "min_half": Signal(RATE_BITS, init=(min0 + 1) >> 1, name="min_half"),
                "line_less": Signal(RATE_BITS, init=line0 - SIM_FLOOR + 1 if line0 >= SIM_FLOOR else 0,
                                    name="line_less_floor"),
                "min_less": Signal(RATE_BITS, init=max(0, min0 - SIM_FLOOR), name="min_less_floor"),
                "sweep": Signal(init=1, name="sweeping"), "sweep_addr": Signal(self._fb, name="sweep_addr"),
                "busy": Signal(name="ctl_busy")}
         line, low = lim["line"], lim["min"]
-        m.d.sync += [lim["cross"].eq(low > line), lim["min_half"].eq((low + 1) >> 1),
+        m.d.sync += [lim["cross"].eq(low > line),
                      lim["line_less"].eq(Mux(line >= SIM_FLOOR, line - (SIM_FLOOR - 1), 0)),
                      lim["min_less"].eq(Mux(low > SIM_FLOOR, low - SIM_FLOOR, 0))]
         self._lim = lim
@@ -236,18 +245,26 @@ class Aimd(wiring.Component):
     _NEUTRAL = {"base": 0, "rmin": INFINITY, "rmax": 0}
 
     def _trees(self, pipe):
-        """B0 .. BL: the slots as taken, then one level of the max(base_val), min(real_val) (and, sim,
-        max(real_val)) comparator trees a bank: T, t (and the largest real_val) in BL. The first level leaves out
+        """B0 .. BL: the slots as taken, then one level of the min(real_val) (and, sim, max(base_val) and
+        max(real_val)) comparator trees a bank: t (and T, the largest real_val) in BL. The first level leaves out
         invalid slots in its choice (both invalid: 0 for a max, infinity for the min), so no slot is masked before
-        its compare."""
-        trees = ("base", "rmin", "rmax") if self._variant == "sim" else ("base", "rmin")
+        its compare. The paper variant needs no max(base_val) tree: t > T is "every valid base_val below t"
+        (:meth:`_congestion`), so its base_val and valid bits ride along to BL instead."""
+        sim = self._variant == "sim"
+        trees = ("base", "rmin", "rmax") if sim else ("rmin",)
         ins = self._tree_in
-        if self._levels == 0:
+        last = self._levels
+        if not sim:
+            self._slots = [(pipe.put(f"valid0_{j}", 0, v, 1, until=last), pipe.put(f"base0_{j}", 0, b, VAL_BITS,
+                                                                                    until=last))
+                           for j, (v, b) in enumerate(zip(ins["valid"], ins["base"]))]
+        if last == 0:
             v = ins["valid"][0]
             self._tree_out = {f: pipe.put(f"{f}0_0", 0, Mux(v, ins[f][0], self._NEUTRAL[f]), VAL_BITS, until=0)
                               for f in trees}
             return
-        valid = [pipe.put(f"valid0_{j}", 0, v, 1, until=0) for j, v in enumerate(ins["valid"])]
+        valid = ([pipe.put(f"valid0_{j}", 0, v, 1, until=0) for j, v in enumerate(ins["valid"])] if sim
+                 else [v for v, _ in self._slots])
         cur = {f: [pipe.put(f"{f}0_{j}", 0, v, VAL_BITS, until=0) for j, v in enumerate(ins[f])] for f in trees}
         for level in range(1, self._levels + 1):
             nxt = {}
@@ -276,12 +293,26 @@ class Aimd(wiring.Component):
         """B(L+1): congested (t > T), may adjust (an ACK, a valid slot, t finite), the low halves of the two
         deadlines ``now + 2 x window``; B(L+2): their high halves."""
         at, out = self._levels + 1, self._tree_out
-        t, big_t = out["rmin"], out["base"]
-        w_dec, w_inc = (t, t) if self._variant == "paper" else (out["rmax"], big_t)
+        t = out["rmin"]
         src = pipe[at - 1]
-        pipe.put("cong", at, t > big_t, 1)
+        if self._variant == "paper":
+            w_dec = w_inc = t
+            # t > T as "every valid slot's base_val < t": one compare a slot, no choice multiplexers; an invalid
+            # slot's top bits (1 against 0) make its compare true
+            slots = [(src[f"valid0_{j}"], src[f"base0_{j}"]) for j in range(self._k)]
+            below = Cat(Cat(t[:-1], t[-1] | ~v) > Cat(b[:-1], b[-1] & v) for v, b in slots)
+            okj = pipe.put("below", at, below, self._k, until=at)
+            if at + 1 <= DECIDE:
+                pipe.put("cong", at + 1, okj.all(), 1)
+            else:
+                self._late_cong = okj.all()
+        else:
+            big_t = out["base"]
+            w_dec, w_inc = out["rmax"], big_t
+            pipe.put("cong", at, t > big_t, 1)
         pipe.put("ok", at, src["ack"] & (t != INFINITY), 1)
-        for name, w in (("dec", w_dec), ("inc", w_inc)):
+        # the paper variant's two windows are both 2t: one deadline serves both
+        for name, w in (("dec", w_dec),) + ((("inc", w_inc),) if self._variant == "sim" else ()):
             w2 = Cat(Const(0, 1), w)
             lo = pipe.put(f"dl_{name}_lo", at, src["now"][:_HALF] + w2[:_HALF], _HALF + 1,
                           until=min(at + 1, DECIDE))
@@ -296,43 +327,42 @@ class Aimd(wiring.Component):
     # -- the state side ---------------------------------------------------------------------------------------------
 
     def _window_tests(self, pipe):
-        """B1: the state straight from memory. B2: ``now - next`` in 24-bit halves (both borrows of the high half)
-        and ``now == next`` per window. B3: the window has passed (open, or the modular difference below 2**47;
+        """B1: the state straight from memory. B2: the top bit of the 48-bit ``now - next`` (from one 47-bit compare)
+        and, sim, ``now == next`` per window. B3: the window has passed (open, or the modular difference below 2**47;
         sim: and non-zero)."""
-        pipe.put("mem", 1, self._rd_data, _state_layout(), until=DECIDE)
+        pipe.put("mem", 1, self._rd_data, _state_layout(), until=3)
         dls = pipe.put("dls", 1, self._drd.data, _deadline_bits(), until=1)
         now = pipe[1]["now"]
         for n, name in enumerate(("dec", "inc")):
             nxt = dls[n * TIME_BITS:(n + 1) * TIME_BITS]
-            lo = Cat(now[:_HALF], Const(1, 1)) - nxt[:_HALF]
-            nb = pipe.put(f"nb_{name}", 2, lo[_HALF], 1, until=2)
-            s0 = pipe.put(f"s0_{name}", 2, (now[_HALF:] - nxt[_HALF:])[TIME_BITS - _HALF - 1], 1, until=2)
-            s1 = pipe.put(f"s1_{name}", 2, (now[_HALF:] + ~nxt[_HALF:])[TIME_BITS - _HALF - 1], 1, until=2)
-            eq = pipe.put(f"eq_{name}", 2, now == nxt, 1, until=2)
-            after = ~Mux(nb, s0, s1)
+            # bit 47 of now - next: the top bits' difference and the borrow out of the 47 bits below (a compare)
+            top = now[TIME_BITS - 1] ^ nxt[TIME_BITS - 1] ^ (now[:TIME_BITS - 1] < nxt[:TIME_BITS - 1])
+            after = ~pipe.put(f"msb_{name}", 2, top, 1, until=2)
             if self._variant == "sim":
-                after = after & ~eq
+                after = after & ~pipe.put(f"eq_{name}", 2, now == nxt, 1, until=2)
             pipe.put(f"pass_{name}", 3, pipe[2]["mem"][f"{name}_open"] | after, 1)
 
     def _candidate_rates(self, pipe, lim):
         """The rates of a decrease and of an increase, from the state read (the hold-off makes it current):
-        B2 compare flags, B3 clamps and the increase's expected rate ``e``, B4 ``(e + cur) / 2`` (sim: and
+        B2 the increase's expected rate before its clamp and the compare flags, B3 clamps and ``e``, B4 ``(e + cur) / 2`` (sim: and
         ``cur + 1 Gb/s``), B5 their compare flags, B6 the increase's rates."""
         n, line, low = self._n, lim["line"], lim["min"]
         st = pipe[1]["mem"]
         cur, exp, stage = st.cur, st.exp, st.stage
         half_cur = cur[1:]
-        flags = {"e2_lo": exp < lim["min_half"], "e2_hi": exp > line[1:], "ex_lo": exp < low, "ex_hi": exp > line,
+        # the increase's expected rate before its clamp, 2 x exp once the stage has reached N (N + 1, sim): one
+        # LUT a bit (the stage and two exp bits), so one pair of compares serves both cases
+        dbl = (stage >= n) if self._variant == "paper" else (stage > n)
+        x = Mux(dbl, Cat(Const(0, 1), exp), exp)
+        flags = {"x_lo": x < low, "x_hi": x > line,
                  "ch_lo": half_cur < low, "ch_hi": half_cur > line, "c_lo": cur < low, "c_hi": cur > line}
         for name, value in flags.items():
             pipe.put(name, 2, value, 1, until=2)
-        pipe.put("dbl", 2, (stage >= n) if self._variant == "paper" else (stage > n), 1, until=2)
+        pipe.put("x", 2, x, RATE_BITS + 1, until=2)
         pipe.put("st1", 2, Mux(stage > n, n + 1, stage + 1), STAGE_BITS)
         b2 = pipe[2]
         s2 = b2["mem"]
-        e = Mux(b2["dbl"], self._clampmux(Cat(Const(0, 1), s2.exp), b2["e2_lo"], b2["e2_hi"]),
-                self._clampmux(s2.exp, b2["ex_lo"], b2["ex_hi"]))
-        pipe.put("e", 3, e, RATE_BITS)
+        pipe.put("e", 3, self._clampmux(b2["x"], b2["x_lo"], b2["x_hi"]), RATE_BITS)
         pipe.put("cur_dec", 3, self._clampmux(s2.cur[1:], b2["ch_lo"], b2["ch_hi"]), RATE_BITS)
         pipe.put("exp_dec", 3, self._clampmux(s2.cur, b2["c_lo"], b2["c_hi"]), RATE_BITS)
         b3 = pipe[3]
@@ -368,10 +398,22 @@ class Aimd(wiring.Component):
     # -- hold-off, decision, write back ------------------------------------------------------------------------------
 
     def _history(self, m):
-        """The last HOLDOFF items that left B6 (latest first): flow, adjusted, the rates they left."""
-        return [{"flow": Signal(self._fb, name=f"h{n}_flow"), "adj": Signal(name=f"h{n}_adj"),
-                 "cur": Signal(RATE_BITS, name=f"h{n}_cur"), "exp": Signal(RATE_BITS, name=f"h{n}_exp"),
-                 "stage": Signal(STAGE_BITS, name=f"h{n}_stage")} for n in range(HOLDOFF)]
+        """The last HOLDOFF items that left B6 (latest first): flow and adjusted; the rates they left for the
+        FORWARD latest."""
+        hist = [{"flow": Signal(self._fb, name=f"h{n}_flow"), "adj": Signal(name=f"h{n}_adj")}
+                for n in range(HOLDOFF)]
+        for n in range(FORWARD):
+            hist[n].update({"cur": Signal(RATE_BITS, name=f"h{n}_cur"), "exp": Signal(RATE_BITS, name=f"h{n}_exp"),
+                            "stage": Signal(STAGE_BITS, name=f"h{n}_stage")})
+        return hist
+
+    def _reread(self, m, pipe, adv):
+        """B4 -> B6: the state read again with the flow in B4, registered into B6 (``st``). It holds every write
+        of the items ahead but the FORWARD nearest (then in B5, B6 and RW), which :meth:`_decide` forwards: the
+        rates a held item reports come from memory instead of an 8-way choice from the history."""
+        rd2 = self._rd2
+        m.d.comb += [rd2.addr.eq(pipe[DECIDE - 2]["flow"]), rd2.en.eq(adv)]
+        pipe.put("st", DECIDE, rd2.data, _state_layout())
 
     def _hold_matches(self, m, pipe, hist):
         """B6: per history entry, whether it is of this item's flow, compared a bank early against the history
@@ -385,7 +427,7 @@ class Aimd(wiring.Component):
         """B6 -> RW: held (an entry of the history of this flow adjusted it), the action, the rates the item
         leaves (its own adjustment, else the holding entry's, else the state read), the state written back."""
         b6 = pipe[DECIDE]
-        st = b6["mem"]
+        st = b6["st"]
         adj = Cat(h["adj"] for h in hist)
         sel = Signal(HOLDOFF, name="hold_sel")
         m.d.comb += sel.eq(b6["match"] & adj)
@@ -393,13 +435,22 @@ class Aimd(wiring.Component):
         hit = st.valid
         do_dec, do_inc = Signal(name="do_dec"), Signal(name="do_inc")
         go = b6["v"] & hit & b6["ok"] & ~held
-        m.d.comb += [do_dec.eq(go & b6["cong"] & b6["pass_dec"]), do_inc.eq(go & ~b6["cong"] & b6["pass_inc"])]
+        cong = getattr(self, "_late_cong", None)
+        cong = b6["cong"] if cong is None else cong
+        m.d.comb += [do_dec.eq(go & cong & b6["pass_dec"]), do_inc.eq(go & ~cong & b6["pass_inc"])]
+        rw = {"v": Signal(name="rw_v"), "kind": Signal(PacketKind, name="rw_kind"), "tag": Signal(TAG_BITS,
+              name="rw_tag"), "flow": Signal(self._fb, name="rw_flow"), "hit": Signal(name="rw_hit"),
+              "action": Signal(2, name="rw_action"), "changed": Signal(name="rw_changed"),
+              "rate": Signal(RATE_BITS, name="rw_rate"), "expected": Signal(RATE_BITS, name="rw_expected"),
+              "stage": Signal(STAGE_BITS, name="rw_stage"), "state": Signal(_state_layout(), name="rw_state"),
+              "dl": Signal(_deadline_bits(), name="rw_deadlines"), "dl_en": Signal(2, name="rw_deadline_en")}
         fwd = {}
-        for f, w in (("cur", RATE_BITS), ("exp", RATE_BITS), ("stage", STAGE_BITS)):
-            acc = Const(0, w)
-            for n, h in enumerate(hist):
-                acc = acc | Mux(sel[n], h[f], 0)
-            fwd[f] = Mux(held, acc, st[f])
+        for f in ("cur", "exp", "stage"):
+            # the state as the items ahead left it: memory, unless one of the FORWARD nearest adjusted it
+            value = st[f]
+            for n in reversed(range(FORWARD)):
+                value = Mux(sel[n], hist[n][f], value)
+            fwd[f] = value
         cur = Signal(RATE_BITS, name="cur_out")
         exp = Signal(RATE_BITS, name="exp_out")
         stage = Signal(STAGE_BITS, name="stage_out")
@@ -408,20 +459,14 @@ class Aimd(wiring.Component):
                      stage.eq(Mux(do_dec, 0, Mux(do_inc, b6["st1"], fwd["stage"])))]
         late = getattr(self, "_late_dl", None)
         dl_dec = late["dec"] if late else b6["dl_dec"]
-        dl_inc = late["inc"] if late else b6["dl_inc"]
-        rw = {"v": Signal(name="rw_v"), "kind": Signal(PacketKind, name="rw_kind"), "tag": Signal(TAG_BITS,
-              name="rw_tag"), "flow": Signal(self._fb, name="rw_flow"), "hit": Signal(name="rw_hit"),
-              "action": Signal(2, name="rw_action"), "changed": Signal(name="rw_changed"),
-              "rate": Signal(RATE_BITS, name="rw_rate"), "expected": Signal(RATE_BITS, name="rw_expected"),
-              "stage": Signal(STAGE_BITS, name="rw_stage"), "state": Signal(_state_layout(), name="rw_state"),
-              "dl": Signal(_deadline_bits(), name="rw_deadlines"), "dl_en": Signal(2, name="rw_deadline_en")}
+        dl_inc = dl_dec if self._variant == "paper" else late["inc"] if late else b6["dl_inc"]
         changed = Mux(do_dec, b6["cur_dec"] != st.cur, do_inc & (b6["cur_inc"] != st.cur))
         with m.If(adv):
             m.d.sync += [rw["v"].eq(b6["v"]), rw["kind"].eq(b6["kind"]), rw["tag"].eq(b6["tag"]),
                          rw["flow"].eq(b6["flow"]), rw["hit"].eq(hit),
                          rw["action"].eq(Mux(do_dec, ACTION_DEC, Mux(do_inc, ACTION_INC, ACTION_NONE))),
-                         rw["changed"].eq(changed), rw["rate"].eq(Mux(hit, cur, 0)),
-                         rw["expected"].eq(Mux(hit, exp, 0)), rw["stage"].eq(Mux(hit, stage, 0))]
+                         rw["changed"].eq(changed), rw["rate"].eq(cur), rw["expected"].eq(exp),
+                         rw["stage"].eq(stage)]
             with m.If(b6["v"]):
                 # the state written back; loaded by items only, so after reset it holds zeros for the sweep
                 m.d.sync += [rw["state"].valid.eq(1), rw["state"].cur.eq(cur), rw["state"].exp.eq(exp),
@@ -431,7 +476,7 @@ class Aimd(wiring.Component):
                 m.d.sync += [hist[0]["flow"].eq(b6["flow"]), hist[0]["adj"].eq(do_dec | do_inc),
                              hist[0]["cur"].eq(cur), hist[0]["exp"].eq(exp), hist[0]["stage"].eq(stage)]
                 for n in range(1, HOLDOFF):
-                    m.d.sync += [hist[n][f].eq(hist[n - 1][f]) for f in ("flow", "adj", "cur", "exp", "stage")]
+                    m.d.sync += [hist[n][f].eq(hist[n - 1][f]) for f in hist[n]]
         return rw
 
     def _output(self, m, adv, pipe, rw):
@@ -452,7 +497,7 @@ class Aimd(wiring.Component):
     def _write_port(self, m, wr, dwr, rw, lim, hist):
         """The memories' write ports (one address): the reset sweep, else a control write, else RW's write-back (an
         adjustment: the rates, and the deadline it set), all with RW's registers as the data. Control: the command is latched, the limits settle,
-        its rates are clamped, the entry is loaded into RW's state register, then written (five clocks; nothing is
+        its rates are clamped, the entry is loaded into RW's state register, then written (six clocks; nothing is
         taken meanwhile); a create or remove clears the history's adjusted flags. The sweep writes RW's state
         register as reset leaves it: zeros, flow not valid."""
         cmd = self.ctl.payload
@@ -461,7 +506,7 @@ class Aimd(wiring.Component):
                      go.eq(self.ctl.valid & self.ctl.ready)]
         op, idx = Signal(2, name="ctl_op"), Signal(self._fb, name="ctl_index")
         lo, hi = Signal(RATE_BITS, name="ctl_lo"), Signal(RATE_BITS, name="ctl_hi")
-        phase = Signal(3, name="ctl_phase")       # 1: limits settle, 2: clamp, 3: entry into RW, 4: write
+        phase = Signal(3, name="ctl_phase")   # 1: limits settle, 2-3: clamp (one rate each), 4: entry into RW, 5: write
         in_range = cmd.index < self._n_flows
         with m.If(go):
             m.d.sync += [op.eq(Mux(in_range & (cmd.table == TABLE_CREATE), 1,
@@ -477,16 +522,19 @@ class Aimd(wiring.Component):
         with m.Switch(phase):
             with m.Case(1):
                 m.d.sync += phase.eq(2)
-            with m.Case(2):
-                m.d.sync += [lo.eq(self._clampmux(lo, lo < lim["min"], lo > lim["line"])),
-                             hi.eq(self._clampmux(hi, hi < lim["min"], hi > lim["line"])), phase.eq(3)]
-            with m.Case(3):
-                # the entry goes through RW's state register (empty now): the write port has one data source
-                m.d.sync += [rw["state"].eq(0), rw["dl"].eq(0), rw["state"].valid.eq(op == 1),
-                             rw["state"].dec_open.eq(1),
-                             rw["state"].inc_open.eq(1), rw["state"].cur.eq(lo), rw["state"].exp.eq(hi),
-                             phase.eq(4)]
+            with m.Case(2, 3):
+                # one comparator pair for both rates: clamp lo into hi while hi moves to lo, twice
+                m.d.sync += [hi.eq(self._clampmux(lo, lo < lim["min"], lo > lim["line"])), lo.eq(hi),
+                             phase.eq(phase + 1)]
             with m.Case(4):
+                # the entry goes through RW's state register (empty now): the write port has one data source
+                # a removed flow keeps rates and stage 0, as the reset sweep leaves it: a miss then reports
+                # zeros straight from memory, with no multiplexer on the result
+                m.d.sync += [rw["state"].eq(0), rw["dl"].eq(0), rw["state"].dec_open.eq(1),
+                             rw["state"].inc_open.eq(1), phase.eq(5)]
+                with m.If(op == 1):
+                    m.d.sync += [rw["state"].valid.eq(1), rw["state"].cur.eq(lo), rw["state"].exp.eq(hi)]
+            with m.Case(5):
                 m.d.sync += [phase.eq(0), lim["busy"].eq(0)]
         m.d.comb += [wr.data.eq(rw["state"]), dwr.data.eq(rw["dl"]), dwr.addr.eq(wr.addr)]
         with m.If(lim["sweep"]):
@@ -494,17 +542,16 @@ class Aimd(wiring.Component):
             m.d.sync += lim["sweep_addr"].eq(lim["sweep_addr"] + 1)
             with m.If(lim["sweep_addr"] == self._n_flows - 1):
                 m.d.sync += lim["sweep"].eq(0)
-        with m.Elif(phase == 4):
+        with m.Elif(phase == 5):
             m.d.comb += [wr.en.eq(op != 0), dwr.en.eq(Mux(op != 0, 0b11, 0)), wr.addr.eq(idx)]
         with m.Else():
             m.d.comb += [wr.en.eq(rw["v"] & (rw["action"] != ACTION_NONE)), wr.addr.eq(rw["flow"]),
                          dwr.en.eq(Mux(rw["v"], rw["dl_en"], 0))]
 
     def _counters(self, m, adv, rw):
-        """``stats``: ACKs, misses, increases, decreases, counted as a result leaves RW."""
-        counts = [Signal(32, name=n) for n in ("n_acks", "n_misses", "n_increases", "n_decreases")]
-        with m.If(adv & rw["v"]):
-            m.d.sync += [counts[0].eq(counts[0] + 1), counts[1].eq(counts[1] + ~rw["hit"]),
-                         counts[2].eq(counts[2] + (rw["action"] == ACTION_INC)),
-                         counts[3].eq(counts[3] + (rw["action"] == ACTION_DEC))]
-        m.d.comb += self.stats.eq(Cat(*counts))
+        """``stats``: ACKs, misses, increases, decreases, counted as a result leaves RW (:func:`counter32`: the
+        event registered, then two 16-bit halves, so a count trails its result by a clock or two)."""
+        out = adv & rw["v"]
+        events = (("n_acks", out), ("n_misses", out & ~rw["hit"]), ("n_increases", out & (rw["action"] == ACTION_INC)),
+                  ("n_decreases", out & (rw["action"] == ACTION_DEC)))
+        m.d.comb += self.stats.eq(Cat(*(counter32(m, name, event) for name, event in events)))
