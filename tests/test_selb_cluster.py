@@ -271,3 +271,10 @@ def test_clustering_time_at_defaults():
     print(f"\n64 paths, k=4: {sweeps} sweeps, {cycles} engine clocks per clustering")
     assert 1 <= sweeps <= 16 and cycles == ref.counters[5]
     assert len(set(o["cluster"] for o in out[-64:])) >= 2
+
+
+def test_ctl_lands_while_streaming_and_while_held():
+    """A theta write is taken while lookups stream at one per clock and while a result waits in the held output;
+    the next tick uses it (path 0 grows by 6, path 1 by 5, theta written 3 then 5: only path 0 is congested).
+    The expected flags follow from the datasheet's rule ``growth > theta``, worked by hand here."""
+    run_rtl(BLOCK, HAND, [{"item": {"kind": 1, "path": 0, "tag": 0}}], testcase="ctl_while_streaming")

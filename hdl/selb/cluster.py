@@ -10,8 +10,10 @@ At a tick the block (1) publishes the result of the clustering the previous tick
 ``pending`` registers into the ``published`` ones: a lookup sees one whole assignment, never part of two), (2) takes
 the snapshot ``S`` of the latest queue length of every path (keeping the previous snapshot as ``P``) and the
 threshold ``theta``, and (3) starts the background engine on it. A tick waits (``smp`` and ``i`` not ready) while the
-engine is still busy (``busy``, a register), so a result is always complete when it is published. Lookups never
-wait for the engine.
+engine is still busy (``busy``, a register), so a result is always complete when it is published. Lookups wait
+for the engine only then, behind such an early tick (at most the engine's worst case, 1,410 clocks at the
+defaults); a sample period at least that long never makes them wait. A ``ctl`` command is taken in the clock it is
+offered, and both streams wait that one clock.
 
 Engine (a sequential FSM beside the lookup path; paths are visited by rotating the snapshot registers, so no
 n-way read multiplexer sits in its loop)::
@@ -52,8 +54,9 @@ def check_parameters(*, n_paths, k, q_bits, iter_cap, draws, theta, lfsr_seed):
     for name, value in (("n_paths", n_paths), ("k", k), ("q_bits", q_bits), ("iter_cap", iter_cap),
                         ("draws", draws), ("theta", theta), ("lfsr_seed", lfsr_seed)):
         check_int(name, value)
-    if not 2 <= n_paths <= 1024 or n_paths & (n_paths - 1):
-        raise ValueError(f"n_paths must be a power of two from 2 to 1024, not {n_paths}")
+    if not 2 <= n_paths <= 64 or n_paths & (n_paths - 1):
+        # 128 paths measure 7 logic levels (the lookup's and the draw's n-way reads), over the 6-level budget
+        raise ValueError(f"n_paths must be a power of two from 2 to 64 (more exceed 6 logic levels), not {n_paths}")
     if not 1 <= k <= 4 or k > n_paths:
         raise ValueError(f"k must be 1 to 4 (and at most n_paths), not {k}")
     if not 4 <= q_bits <= 24:
@@ -197,14 +200,15 @@ class Cluster(wiring.Component):
     # -- input -----------------------------------------------------------------------------------------------------
 
     def _accept(self, m, adv, tick_go, busy, qcur, theta):
-        """Both streams advance on ``adv`` (the output register free, and no tick waiting for the engine); a
-        sample is registered and writes its path's ``qcur`` the next clock; ``ctl`` (table 0) writes theta, applied
-        only with the lookup pipeline empty."""
+        """Both streams advance on ``adv`` (the output register free, no tick waiting for the engine and no
+        command offered); a sample is registered and writes its path's ``qcur`` the next clock; ``ctl`` (table 0)
+        writes theta in the clock it is offered: commands have priority over both streams for that clock, so a
+        command is never held off by traffic or a held output, and a tick offered with it sees the new theta."""
         smp = self.smp.payload
         out_free = self._out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
         stall = self.smp.valid & smp.tick & busy
-        m.d.comb += [adv.eq(out_free & ~stall), self.i.ready.eq(adv), self.smp.ready.eq(adv),
+        m.d.comb += [adv.eq(out_free & ~stall & ~self.ctl.valid), self.i.ready.eq(adv), self.smp.ready.eq(adv),
                      tick_go.eq(adv & self.smp.valid & smp.tick)]
         # a sample is registered (s1) and written the next clock, so the accept logic stays off the n write enables;
         # a tick in that next clock snapshots the registered sample over its path's qcur (_engine)
@@ -215,9 +219,8 @@ class Cluster(wiring.Component):
                 for p in range(self._n):
                     with m.Case(p):
                         m.d.sync += qcur[p].eq(s1_qlen)
-        self._ctl_empty = Signal()
-        m.d.comb += self.ctl.ready.eq(self._ctl_empty)
-        with m.If(self.ctl.valid & self._ctl_empty & (self.ctl.payload.table == TABLE_THETA)):
+        m.d.comb += self.ctl.ready.eq(1)
+        with m.If(self.ctl.valid & (self.ctl.payload.table == TABLE_THETA)):
             m.d.sync += theta.eq(self.ctl.payload.data[:self._q])
 
     def _lookup(self, m, adv, pub):
@@ -239,7 +242,6 @@ class Cluster(wiring.Component):
                     with m.Case(p):
                         m.d.sync += [out.cluster.eq(pub["cl"][p]), out.congested.eq(pub["cg"][p]),
                                      out.backup.eq(pub["bk"][p])]
-        m.d.comb += self._ctl_empty.eq(~l1_valid & ~self.o.valid)
 
     def _publish(self, m, tick_go, pend, pub):
         """The atomic publish: at a tick every published register takes its pending value in one clock."""

@@ -30,7 +30,7 @@ BLOCKS.append(Block(
             "(Algorithm 1) published atomically at each sample-period tick; one lookup per clock",
     paper_ref="SELB, section III (Path Classification, Rerouting Strategy), Algorithm 1",
     params=[
-        Param("n_paths", 64, "egress paths, a power of two from 2 to 1024"),
+        Param("n_paths", 64, "egress paths, a power of two from 2 to 64"),
         Param("k", 4, "clusters, 1 to 4"),
         Param("q_bits", 16, "width of a queue length, 4 to 24"),
         Param("iter_cap", 16, "most assignment sweeps per clustering, 1 to 255"),
