@@ -39,7 +39,8 @@ def all_proofs():
     from .formal.themis import proofs as themis_proofs
     from .formal.laps import proofs as laps_proofs
     from .formal.pro import proofs as pro_proofs
-    return [*lib_proofs.PROOFS, *themis_proofs.PROOFS, *laps_proofs.PROOFS, *pro_proofs.PROOFS]
+    from .formal.flb import proofs as flb_proofs
+    return [*lib_proofs.PROOFS, *themis_proofs.PROOFS, *laps_proofs.PROOFS, *pro_proofs.PROOFS, *flb_proofs.PROOFS]
 
 
 def select(name, *, deep=False):

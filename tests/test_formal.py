@@ -14,7 +14,7 @@ import re
 import zlib
 
 import pytest
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
@@ -539,3 +539,161 @@ def test_gf2_decides_and_refuses_by_hand():
     product = check_netlist(_gate_netlist({"g": _gate("$_AND_", 10, A=2, B=3), "h": _gate("$_XOR_", 11, A=10, B=2),
                                            "a": _check("$assert", 11, "t.py:5")}))
     assert product["status"] == "ERROR" and "not affine" in product["detail"]
+
+
+# -- LAPS PST, FLB route, PRO OOO: block invariants (formal/laps/pst.py, formal/flb/route.py, formal/pro/ooo.py) ------
+
+
+def _pst_faults():
+    from lbpipe.formal.laps.proofs import PST_SMALL
+    from lbpipe.hdl.laps.pst import Pst
+
+    class EarlyRecordWrite(Pst):
+        # A RECORD command written when its bubble enters s1, not when it reaches the stage that reads the records:
+        # items accepted before it, still in flight, read the new pids.
+        def _control(self, m, ways, rec, adv):
+            ctl = super()._control(m, ways, rec, adv)
+            m.d.comb += rec[0].en.eq(Mux(ctl["at"][0] & adv & ctl["cmd"].record, (1 << self.k) - 1, 0))
+            return ctl
+
+    class HitInverted(Pst):
+        # The output register takes hit inverted: a hit on a record other than 0 is reported as a miss.
+        def _lookup(self, m, ways, rec, adv, ctl):
+            looked = super()._lookup(m, ways, rec, adv, ctl)
+            with m.If(adv):
+                m.d.sync += self.o.payload.hit.eq(~looked["hit"])
+            return looked
+
+    return {"early-record-write": lambda: EarlyRecordWrite(**PST_SMALL),
+            "hit-inverted": lambda: HitInverted(**PST_SMALL)}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("early-record-write", "not one record of the table as it stood"),
+    ("hit-inverted", "a miss did not read record 0"),
+])
+def test_pst_broken_record_read_is_caught(tmp_path, fault, reason):
+    from lbpipe.formal.laps.pst import PstRecords
+    _expect_fail(tmp_path, PstRecords(_pst_faults()[fault]), reason, depth=13)
+
+
+def test_flb_route_path_out_of_range_is_caught(tmp_path):
+    # Ties between equal delays not broken (each of two tied paths beats the other): several winners, whose indices
+    # the encoder ORs together (paths 1 and 2 of 3 give "path 3").
+    from lbpipe.formal.flb.proofs import ROUTE_SMALL
+    from lbpipe.formal.flb.route import RoutePathRange
+    from lbpipe.hdl.flb.route import Route
+
+    class TiesUnbroken(Route):
+        def _window_stage(self, m, adv, mem, s, gap, diff, elig, valid4):
+            win, beats, exist5, elig5, pregs = super()._window_stage(m, adv, mem, s, gap, diff, elig, valid4)
+            for a in range(self._n):
+                for b in range(a + 1, self._n):
+                    tie = Signal(name=f"tie_{a}_{b}")
+                    with m.If(adv):
+                        m.d.sync += tie.eq(diff[a, b] == 0)
+                    beats[b][a] = beats[b][a] | tie
+            return win, beats, exist5, elig5, pregs
+    harness = RoutePathRange(lambda: TiesUnbroken(**ROUTE_SMALL), n_paths=ROUTE_SMALL["n_paths"])
+    _expect_fail(tmp_path, harness, "a decision names a path >= n_paths", depth=14)
+
+
+def _ooo_faults():
+    from lbpipe.formal.pro.ooo import ProbedOoo
+
+    class TailLost(ProbedOoo):
+        # The step writes a tail offset of 0 whatever arrived: arrivals past the tail.
+        def _step(self, m, s3, r, hz, fl):
+            step = super()._step(m, s3, r, hz, fl)
+            m.d.comb += step["nxt"].tr.eq(0)
+            return step
+
+    class TailOnePast(ProbedOoo):
+        # The write-back stores the tail offset one too far: the tail names a PSN that has not arrived.
+        def _stored(self, rec):
+            return Cat(rec.valid, rec.hb, rec.padv, rec.bm, (rec.tr + 1)[:len(rec.tr)], rec.wnd, rec.hnb, rec.cand)
+
+    return {"tail-lost": TailLost, "tail-one-past": TailOnePast}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("tail-lost", "an arrival past the tail"),
+    ("tail-one-past", "the tail is not an arrived PSN"),
+])
+def test_ooo_broken_bitmap_is_caught(tmp_path, fault, reason):
+    from lbpipe.formal.pro.ooo import OooBitmap
+    from lbpipe.formal.pro.proofs import OOO_SMALL
+    broken = _ooo_faults()[fault]
+    _expect_fail(tmp_path, OooBitmap(lambda: broken(**OOO_SMALL), bitmap_len=OOO_SMALL["bitmap_len"]), reason,
+                 depth=16)
+
+
+# -- PRO NAK frames: the frame contract (formal/pro/nak.py) ----------------------------------------------------------
+
+
+class _BrokenNak(wiring.Component):
+    """The NAK stage behind a wrapper that plants ``fault``; every other port passes straight through."""
+
+    def __init__(self, fault):
+        from lbpipe.formal.pro.proofs import NAK_SMALL
+        from lbpipe.hdl.pro.nak import NakGen
+        self._inner = NakGen(**NAK_SMALL)
+        self._fault = fault
+        self.latency = self._inner.latency
+        super().__init__(self._inner.signature)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = self._inner
+        fault = self._fault
+        o, io = self.m_axis, inner.m_axis
+        m.d.comb += [inner.i.valid.eq(self.i.valid), inner.i.payload.eq(self.i.payload),
+                     self.i.ready.eq(inner.i.ready), inner.ctl.valid.eq(self.ctl.valid),
+                     inner.ctl.payload.eq(self.ctl.payload), self.ctl.ready.eq(inner.ctl.ready),
+                     self.stats.eq(inner.stats), io.tready.eq(o.tready),
+                     o.tvalid.eq(io.tvalid), o.tdata.eq(io.tdata), o.tkeep.eq(io.tkeep), o.tlast.eq(io.tlast),
+                     o.tuser.eq(io.tuser)]
+        if fault == "ignores-valid":
+            # Every context write marks the context valid: NACKs of QPs never set up make frames.
+            m.d.comb += inner.ctl.payload.data[63].eq(1)
+        elif fault == "psn-plus-one":
+            m.d.comb += inner.i.payload.psn.eq(self.i.payload.psn + 1)
+        elif fault == "unstable":
+            waited = Signal()
+            m.d.sync += waited.eq(o.tvalid & ~o.tready)
+            m.d.comb += o.tdata.eq(io.tdata ^ waited)
+        elif fault == "full-keep":
+            m.d.comb += o.tkeep.eq(~0)
+        elif fault == "silent":
+            # Takes one event, then nothing more, and never offers a frame.
+            got = Signal()
+            with m.If(self.i.valid & self.i.ready):
+                m.d.sync += got.eq(1)
+            m.d.comb += [o.tvalid.eq(0), self.i.ready.eq(inner.i.ready & ~got), inner.i.valid.eq(self.i.valid & ~got)]
+        elif fault == "claims-every-event":
+            m.d.comb += self.i.ready.eq(1)
+        return m
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("ignores-valid", ("a frame without a frame-making event", "frame out of order")),
+    ("psn-plus-one", "with another PSN"),
+    ("unstable", "beat withdrawn or changed while waiting"),
+    ("full-keep", "a beat that is not a whole NAK"),
+    ("silent", "no frame for latency ready cycles"),
+    ("claims-every-event", ("more frames owed than the stage can hold", "frame out of order")),
+])
+def test_nak_broken_frames_are_caught(tmp_path, fault, reason):
+    from lbpipe.formal.pro.nak import NakFrames
+    _expect_fail(tmp_path, NakFrames(lambda: _BrokenNak(fault), n_qps=2), reason, depth=14)
+
+
+_INVARIANT_BLOCKS = ("laps-pst", "flb-route", "pro-ooo", "pro-nak")
+_GENERIC_ROWS = ("stream contract", "valid independent", "reset", "tvalid independent")
+
+
+@pytest.mark.parametrize("proof", [p for p in select("all")
+                                   if p.block in _INVARIANT_BLOCKS and not p.prop.startswith(_GENERIC_ROWS)],
+                         ids=lambda p: f"{p.block}: {p.prop}")
+def test_block_invariant_proofs_pass(tmp_path, proof):
+    _expect_pass(tmp_path, proof)
