@@ -364,7 +364,9 @@ def cmd_replay(args):
         progress = Progress(1)
         stats = {}
         with progress.step(f"{block.name}: {args.trace} through the {args.engine} engine"):
-            if args.engine == "bmv2":
+            if any("before" in event for event in ctl):
+                count = _replay_between(block, params, args, ctl)
+            elif args.engine == "bmv2":
                 count = _replay_bmv2(block, params, args.trace, args.output, ctl)
             else:
                 count = replay_pcap(block, params, args.trace, args.output, ctl, engine=args.engine, idle=args.idle,
@@ -417,6 +419,23 @@ def _replay_bmv2(block, params, trace, output, ctl):
     frames = read_pcap(trace)
     out = p4.replay(block.name, params, frames, [event["ctl"] for event in ctl])
     write_pcap(output, out)
+    return len(out)
+
+
+def _replay_between(block, params, args, ctl):
+    """Control commands between frames (``"before": K`` in the control file, lbpipe/p4.py ``ctl_positions``):
+    themis-d-wire and themis-s-wire on the golden engine or their P4 programs (in-band commands, p4/README.md)."""
+    from . import p4
+    from .trace import read_pcap, write_pcap
+    if block.name not in ("themis-d-wire", "themis-s-wire") or args.engine not in ("golden", "bmv2"):
+        raise ValueError("control commands between frames (\"before\") run on themis-d-wire and themis-s-wire "
+                         "with --engine golden or bmv2 only")
+    frames = read_pcap(args.trace)
+    if args.engine == "golden":
+        out = p4.golden_between(block.name, params, ctl, frames)
+    else:
+        out = p4.replay(block.name, params, frames, ctl)
+    write_pcap(args.output, out)
     return len(out)
 
 
@@ -530,8 +549,9 @@ def cmd_p4(args):
         write_pcap(_output_file(args.output), out)
     from .trace import read_events
     block = p4.PROGRAMS[test["program"].stem]
-    ctl = [e["ctl"] for e in read_events(test["dir"] / "ctl.jsonl", allow_empty=True)]
-    differs = p4.compare(block, test["params"], ctl, test["expected"], out)
+    events = read_events(test["dir"] / "ctl.jsonl", allow_empty=True)
+    differs = p4.compare(block, test["params"], [e["ctl"] for e in events], test["expected"], out, events=events,
+                         frames=test["trace"])
     if differs:
         raise RuntimeError(f"{args.name}: {differs}")
     order = " (in order within each QP)" if block == "themis-d-wire" and out != test["expected"] else ""
@@ -691,7 +711,8 @@ def _parser():
     p = sub.add_parser("replay", help="run a JSONL trace through the golden model or the RTL")
     add_common(p, allow_all=False)
     p.add_argument("trace", help="input: a JSON Lines trace (metadata blocks) or a pcap file (packet pipelines)")
-    p.add_argument("--ctl", help="packet pipelines: JSON Lines of control commands applied before the frames")
+    p.add_argument("--ctl", help="packet pipelines: JSON Lines of control commands applied before the frames (an "
+                   "event's \"before\": K applies it before frame K: themis-d-wire, themis-s-wire; golden, bmv2)")
     p.add_argument("--actions", help="laps-editor: JSON Lines of per-frame actions, {\"act\": {...}}, one per frame")
     p.add_argument("--engine", choices=("golden", "rtl", "fast", "bmv2"), default="golden",
                    help="golden model, RTL under cocotb (LBPIPE_SIM), RTL under Verilator with no Python per cycle, "

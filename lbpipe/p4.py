@@ -19,7 +19,8 @@ import time
 __all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_commands", "compile_program",
            "run_switch", "PROGRAMS", "P4_DIR", "load_test", "run_test", "replay", "themis_d_params",
            "themis_d_classes", "compare", "crc16", "flb_edge_params", "flb_edge_commands", "flb_tick",
-           "flb_decision", "flb_route_frames", "replay_items"]
+           "flb_decision", "flb_route_frames", "replay_items", "ctl_positions", "themis_d_inband",
+           "themis_d_golden", "compare_classes", "themis_d_ctl_frame", "themis_s_inband", "golden_between"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
@@ -28,8 +29,9 @@ P4_DIR = ROOT / "p4"
 PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route"}
 
 #: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
-THEMIS_D_MAX_QPS = 64
-THEMIS_D_MAX_DEPTH = 64
+THEMIS_D_MAX_QPS = 2048
+THEMIS_D_MAX_DEPTH = 128
+THEMIS_D_MAX_KEYS = 4096
 #: The QP-classifier staging and Themis-D set-up tables (lbpipe.hdl.themis.wire: classifier 0 to 15, Themis-D from
 #: 16, set-up 16 and tear-down 17).
 _THEMIS_D_BASE = 16
@@ -81,19 +83,50 @@ def themis_s_commands(ctl, n_paths):
     "data"}`` dicts of ``lbpipe trace themis-s-wire``'s ``.ctl.jsonl``), applied in order as the golden model does:
     table 0 (PathMap) entries below ``n_paths`` set, a later write to an index replacing an earlier one, other
     tables and indices ignored. The P4 table holds the final contents."""
+    return themis_s_inband([{"ctl": cmd} for cmd in ctl], n_paths, [])[0]
+
+
+def themis_s_inband(events, n_paths, frames):
+    """p4/themis_tor.p4's input for Themis-S control events and frames: ``(simple_switch_CLI lines, frames with
+    in-band command frames)``. The commands before the first frame become ``r_pathmap`` words (table 0 entries below
+    ``n_paths``, the last write to an index winning, data masked to 16 bits, other tables and indices ignored, as
+    the golden model does); the later ones go in-band as they are (op 1), each before the frame its event names
+    (:func:`ctl_positions`), and the program applies the same rules."""
     if not isinstance(n_paths, int) or isinstance(n_paths, bool) or not 1 <= n_paths <= 256:
         raise ValueError(f"n_paths must be 1 to 256, not {n_paths!r}")
+    placed = ctl_positions(events, len(frames))
     pathmap = {}
-    for cmd in ctl:
-        try:
-            table, index, data = int(cmd["table"]), int(cmd["index"]), int(cmd.get("data", 0))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"a control command has integer table, index and data, not {cmd!r}") from None
-        if table == 0 and 0 <= index < n_paths:
-            pathmap[index] = data & 0xFFFF
+    for at, cmd in placed:
+        if at == 0 and cmd["table"] == 0 and 0 <= cmd["index"] < n_paths:
+            pathmap[cmd["index"]] = cmd["data"] & 0xFFFF
     lines = [f"table_set_default themis_config set_n_paths {n_paths}"]
-    lines += [f"table_add pathmap set_delta {index} => {pathmap[index]}" for index in sorted(pathmap)]
-    return lines
+    lines += [f"register_write r_pathmap {index} {pathmap[index]}" for index in sorted(pathmap)]
+    out, k = [], 0
+    later = [(at, cmd) for at, cmd in placed if at > 0]
+    for at, frame in enumerate(list(frames) + [None]):
+        while k < len(later) and later[k][0] == at:
+            cmd = later[k][1]
+            k += 1
+            out.append(themis_d_ctl_frame(1, cmd["table"], cmd["index"], cmd["data"]))
+        if frame is not None:
+            out.append(bytes(frame))
+    return lines, out
+
+
+def golden_between(block, params, events, frames):
+    """A packet block's golden model with control events placed between frames (:func:`ctl_positions`): the frames
+    out."""
+    from .engine import resolve_block
+    block = resolve_block(block)
+    model = block.golden(**block.resolve(params))
+    placed, out, k = ctl_positions(events, len(frames)), [], 0
+    for at, frame in enumerate(frames):
+        while k < len(placed) and placed[k][0] == at:
+            model.control(placed[k][1])
+            k += 1
+        result = model.process(frame)
+        out += result if isinstance(result, list) else [] if result is None else [result]
+    return out
 
 
 def themis_d_params(params):
@@ -115,38 +148,162 @@ def themis_d_params(params):
 
 
 def themis_d_commands(ctl, params):
-    """``simple_switch_CLI`` lines for p4/themis_d.p4 from ``themis-d-wire`` control commands (``lbpipe trace
-    themis-d-wire``'s ``.ctl.jsonl``), applied in order as the golden model applies them: the QP classifier's
-    commands (tables 0 to 15) through lbpipe's classifier model, whose final contents become exact entries (each
-    stored key with the QP a lookup of it returns: the cuckoo placement is the FPGA table's business), and Themis-D's
-    set-up and tear-down (tables 16, 17) as the final set of active QPs below ``n_qps``. The commands must all come
-    before the traffic (as ``lbpipe trace`` writes them): the P4 tables hold their final result."""
+    """``simple_switch_CLI`` lines for p4/themis_d.p4 from ``themis-d-wire`` control commands all applied before the
+    first frame (``lbpipe trace themis-d-wire``'s ``.ctl.jsonl``): :func:`themis_d_inband` with no frames."""
+    return themis_d_inband([{"ctl": cmd} for cmd in ctl], params, [])[0]
+
+
+def _ctl_int(cmd):
+    try:
+        return {"table": int(cmd["table"]), "index": int(cmd["index"]), "data": int(cmd.get("data", 0))}
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"a control command has integer table, index and data, not {cmd!r}") from None
+
+
+def ctl_positions(events, n_frames):
+    """``[(position, command)]`` of control events: an event ``{"ctl": {...}, "before": K}`` is applied before input
+    frame K (counted from 0; absent: before the first frame; K = ``n_frames``: after the last). Positions must not
+    go down through the file; raises ValueError with one line otherwise."""
+    out, last = [], 0
+    for number, event in enumerate(events, 1):
+        if set(event) - {"ctl", "before"} or "ctl" not in event:
+            raise ValueError(f"control event {number}: holds \"ctl\" and optionally \"before\", not {event!r}")
+        at = event.get("before", 0)
+        if not isinstance(at, int) or isinstance(at, bool) or not last <= at <= n_frames:
+            raise ValueError(f"control event {number}: \"before\" must be an integer from {last} (the previous "
+                             f"event's) to {n_frames} (the frames), not {at!r}")
+        last = at
+        out.append((at, _ctl_int(event["ctl"])))
+    return out
+
+
+def themis_d_ctl_frame(op, table, index, data):
+    """An in-band command frame for p4/themis_d.p4 (EtherType 0x88B5, p4/README.md), padded to 60 bytes."""
+    import struct
+    head = bytes.fromhex("020000000002" "020000000001") + struct.pack("!HBB", THEMIS_D_CTL_TYPE, op, table)
+    return head + (index & 0xFFFFFF).to_bytes(3, "big") + struct.pack("!Q", data & (1 << 64) - 1) + bytes(33)
+
+
+#: The EtherType of themis_d.p4's in-band command frames (IEEE 802 local experimental, as flb_edge.p4's).
+THEMIS_D_CTL_TYPE = 0x88B5
+
+
+def themis_d_inband(events, params, frames):
+    """p4/themis_d.p4's input for ``themis-d-wire`` control events and frames: ``(simple_switch_CLI lines, frames
+    with in-band command frames)``. The commands before the first frame go to the control plane, the later ones
+    in-band, each before the frame the event names (:func:`ctl_positions`). The QP classifier's commands (tables 0
+    to 15) run through lbpipe's classifier model: every key it ever stores gets an id (a ``qp_classifier`` entry,
+    ``set_key ID``) and the lookup result of each key (``r_key_qp[ID]``: bit 16 hit, the QP below) is written at
+    the start and, in-band (op 2), whenever a command changes it (the cuckoo placement is the FPGA table's
+    business; a lookup hits exactly when the FPGA's does). Themis-D's set-up and tear-down (tables 16, 17) go as
+    they are: initially as ``r_active`` words (indices below ``n_qps``), in-band as op 1 with the command's table
+    and index (the program applies the range rule; other tables in-band too, which it ignores)."""
     from .sim.packet.qp_classifier import QpClassifier
     p = themis_d_params(params)
-    classifier = QpClassifier(n_entries=p["n_qps"], buckets=p["buckets"], ways=p["ways"], ipv6=p["ipv6"])
-    active = set()
-    for cmd in ctl:
-        try:
-            cmd = {"table": int(cmd["table"]), "index": int(cmd["index"]), "data": int(cmd.get("data", 0))}
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"a control command has integer table, index and data, not {cmd!r}") from None
+    placed = ctl_positions(events, len(frames))
+
+    def classifier():
+        return QpClassifier(n_entries=p["n_qps"], buckets=p["buckets"], ways=p["ways"], ipv6=p["ipv6"])
+
+    universe, probe = set(), classifier()
+    for _, cmd in placed:
         if cmd["table"] < _THEMIS_D_BASE:
-            classifier.control(cmd)
+            probe.control(cmd)
+            universe.update(slot[0] for way in probe.slots for slot in way if slot is not None)
+    if len(universe) > THEMIS_D_MAX_KEYS:
+        raise ValueError(f"themis_d.p4 holds {THEMIS_D_MAX_KEYS} classifier keys, the commands store "
+                         f"{len(universe)}")
+    keys = sorted(universe)
+    ids = {key: i for i, key in enumerate(keys)}
+    model, active = classifier(), set()
+
+    def words():
+        out = {}
+        for key in keys:
+            hit, qp = model.lookup(key)
+            out[ids[key]] = (1 << 16 | qp) if hit else 0
+        return out
+
+    start = [cmd for at, cmd in placed if at == 0]
+    for cmd in start:
+        if cmd["table"] < _THEMIS_D_BASE:
+            model.control(cmd)
         elif cmd["index"] < p["n_qps"] and cmd["table"] == _THEMIS_D_BASE:
             active.add(cmd["index"])
         elif cmd["index"] < p["n_qps"] and cmd["table"] == _THEMIS_D_BASE + 1:
             active.discard(cmd["index"])
     bits = p["entry_bits"]
-    lines = [f"table_set_default themis_d_config set_config {p['n_paths']} {p['queue_depth']} "
+    lines = [f"table_set_default themis_d_config set_config {p['n_paths']} {p['n_qps']} {p['queue_depth']} "
              f"{(1 << bits) - 1} {1 << (bits - 1)}", "mirroring_add 1 1"]
-    keys = sorted({slot[0] for way in classifier.slots for slot in way if slot is not None})
-    for key in keys:
-        hit, qp = classifier.lookup(key)
-        if hit:
-            lines.append(f"table_add qp_classifier set_qp {key.qpn:#x} {key.dir} {key.ipv6} {key.local:#x} "
-                         f"{key.remote:#x} => {qp}")
-    lines += [f"table_add qp_active set_active {q} =>" for q in sorted(active)]
-    return lines
+    lines += [f"table_add qp_classifier set_key {key.qpn:#x} {key.dir} {key.ipv6} {key.local:#x} {key.remote:#x} => "
+              f"{ids[key]}" for key in keys]
+    now = words()
+    lines += [f"register_write r_key_qp {i} {w}" for i, w in sorted(now.items()) if w]
+    lines += [f"register_write r_active {q} 1" for q in sorted(active)]
+    out, later = [], [(at, cmd) for at, cmd in placed if at > 0]
+    k = 0
+    for at, frame in enumerate(list(frames) + [None]):
+        while k < len(later) and later[k][0] == at:
+            cmd = later[k][1]
+            k += 1
+            if cmd["table"] < _THEMIS_D_BASE:
+                model.control(cmd)
+                new = words()
+                out += [themis_d_ctl_frame(2, 0, i, w) for i, w in sorted(new.items()) if w != now[i]]
+                now = new
+            else:
+                out.append(themis_d_ctl_frame(1, cmd["table"], cmd["index"], cmd["data"]))
+        if frame is not None:
+            out.append(bytes(frame))
+    return lines, out
+
+
+def themis_d_golden(events, params, frames):
+    """The golden model's frames out for control events placed between frames (:func:`ctl_positions`), and for each
+    frame out the QP whose order it keeps: the QP the golden classifier gave the input frame it came from, at that
+    frame's time (a data frame or NACK classified to a QP below ``n_qps``, set up or not), else None."""
+    from .hdl.lib.meta import PacketKind
+    from .sim.packet.parser import parse
+    from .sim.packet.qp_classifier import item_key
+    from .sim.themis.wire import ThemisDWireModel
+    p = themis_d_params(params)
+    placed = ctl_positions(events, len(frames))
+    model = ThemisDWireModel(**p)
+    out, classes, k = [], [], 0
+    kinds = (PacketKind.DATA.value, PacketKind.NACK.value)
+    for at, frame in enumerate(frames):
+        while k < len(placed) and placed[k][0] == at:
+            model.control(placed[k][1])
+            k += 1
+        meta = parse(bytes(frame))
+        item = {n: meta[n] for n in ("kind", "ipv6", "src_ip", "dst_ip", "dqpn", "psn", "msn", "tag")}
+        hit, qp = model.classifier.lookup(item_key(item)) if item["kind"] in kinds else (0, 0)
+        qp = qp if hit and qp < p["n_qps"] else None
+        sent = model.process(frame)
+        out += sent
+        classes += [qp] * len(sent)
+    return out, classes
+
+
+def compare_classes(expected, classes, out):
+    """None when ``out`` (bmv2's frames) holds the frames ``expected`` (the golden model's) byte for byte, in the
+    golden order within each class (``classes``: one per expected frame, e.g. :func:`themis_d_golden`'s); else one
+    line saying how it differs. bmv2's frames are given the classes of the equal expected frames in turn."""
+    if len(out) != len(expected):
+        return f"bmv2 sent {len(out)} frames, the golden model {len(expected)}"
+    if sorted(out) != sorted(expected):
+        return "bmv2 sent other frames than the golden model"
+    pending = {}
+    for frame, c in zip(expected, classes):
+        pending.setdefault(frame, []).append(c)
+    got = [pending[frame].pop(0) for frame in out]
+    for qp in sorted(set(classes), key=lambda q: -1 if q is None else q):
+        a = [f for f, c in zip(out, got) if c == qp]
+        b = [f for f, c in zip(expected, classes) if c == qp]
+        if a != b:
+            first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            return f"{'QP ' + str(qp) if qp is not None else 'frames of no QP'}: order differs at its frame #{first}"
+    return None
 
 
 def compile_program(program, out_dir, tools=None):
@@ -282,9 +439,12 @@ def load_test(name):
         known = sorted(p.name[5:] for p in (P4_DIR / "sim").glob("test-*"))
         raise ValueError(f"no P4 test {name!r}; tests: {', '.join(known)}")
     spec = json.loads((where / "test.json").read_text())
+    frames = read_pcap(where / "packets_in.pcap")
+    # trace.pcap: the frames without in-band command frames, when the test has commands between frames.
+    trace = read_pcap(where / "trace.pcap") if (where / "trace.pcap").exists() else frames
     return {"dir": where, "program": P4_DIR / spec["program"], "params": spec.get("params", {}),
             "commands": (where / "commands.txt").read_text().splitlines(),
-            "frames": read_pcap(where / "packets_in.pcap"), "expected": read_pcap(where / "packets_out.pcap")}
+            "frames": frames, "trace": trace, "expected": read_pcap(where / "packets_out.pcap")}
 
 
 def _run(json_path, frames, commands, tools, expect, stats):
@@ -338,7 +498,7 @@ def themis_d_classes(frames, params, ctl):
     return out
 
 
-def compare(block, params, ctl, expected, out):
+def compare(block, params, ctl, expected, out, events=None, frames=None):
     """None when ``out`` (bmv2's frames) is what the golden model sent (``expected``) as the program models it, else
     one line saying how it differs. themis-s-wire: byte for byte, in order. themis-d-wire: the same frames, and
     byte for byte in order within each QP and among the frames of no QP; frames of different QPs may leave in
@@ -348,6 +508,9 @@ def compare(block, params, ctl, expected, out):
     if block != "themis-d-wire":
         wrong = [i for i, (a, b) in enumerate(zip(out, expected)) if a != b]
         return f"{len(wrong)} frames differ, first #{wrong[0]}" if wrong else None
+    if events is not None and frames is not None:
+        # The QP of each frame at its time (commands between frames: lbpipe/p4.py themis_d_golden).
+        return compare_classes(expected, themis_d_golden(events, params, frames)[1], out)
     if sorted(out) != sorted(expected):
         return "bmv2 sent other frames than the golden model"
     got, want = themis_d_classes(out, params, ctl), themis_d_classes(expected, params, ctl)
@@ -362,27 +525,31 @@ def compare(block, params, ctl, expected, out):
 
 def replay(block, params, frames, ctl, tools=None):
     """``lbpipe replay BLOCK in.pcap --engine bmv2``: the block's P4 program on bmv2 with entries from the control
-    commands ``ctl``; returns the frames out. Only the parameters the program models are accepted."""
+    commands ``ctl`` (commands, or control events whose ``"before"`` places them between frames: those go in-band,
+    :func:`ctl_positions`); returns the frames out. Only the parameters the program models are accepted."""
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
     if block == "flb-route":
         raise ValueError("flb-route is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
+    expect = len(frames)
     if block == "themis-d-wire":
         full = themis_d_params(params)
         longest = max((len(f) for f in frames), default=0)
         if longest > 64 * full["depth"]:
             raise ValueError(f"themis_d.p4 does not cut frames longer than depth x 64 = {64 * full['depth']} bytes "
                              f"(a frame of {longest})")
-        commands = themis_d_commands(ctl, params)
+        events = [c if "ctl" in c else {"ctl": c} for c in ctl]
+        commands, frames = themis_d_inband(events, params, frames)
     else:
         if params.get("cut_through", True) is not True or params.get("fcs", False) is not False:
             raise ValueError(f"{programs[block]}.p4 models {block} with cut_through=true and fcs=false only")
-        commands = themis_s_commands(ctl, params.get("n_paths", 256))
+        events = [c if "ctl" in c else {"ctl": c} for c in ctl]
+        commands, frames = themis_s_inband(events, params.get("n_paths", 256), frames)
     tools = tools or find_toolchain()
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
         json_path = compile_program(P4_DIR / f"{programs[block]}.p4", tmp, tools)
-        return run_switch(json_path, frames, commands, tools=tools, expect=len(frames))
+        return run_switch(json_path, frames, commands, tools=tools, expect=expect)
 
 
 # -- FLB (p4/flb_edge.p4, block flb-route) ----------------------------------------------------------------------------

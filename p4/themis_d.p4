@@ -11,11 +11,17 @@
 //  * a blocked NACK is dropped and its frame (up to 128 bytes) kept per QP as the compensation template; a data
 //    frame that fires compensation is cloned (egress to egress) and the clone rewritten into that template.
 //
-// Control plane (lbpipe/p4.py themis_d_commands writes it from lbpipe `ctl` commands):
-//   table_set_default themis_d_config set_config N DEPTH MASK HALF   (entry_bits as MASK = 2^b - 1, HALF = 2^(b-1))
-//   table_add qp_classifier set_qp QPN DIR IPV6 LOCAL REMOTE => QP    (the classifier's final contents)
-//   table_add qp_active set_active QP =>                              (QPs set up in Themis-D)
+// Control plane (lbpipe/p4.py themis_d_inband writes it from lbpipe `ctl` commands):
+//   table_set_default themis_d_config set_config N N_QPS DEPTH MASK HALF   (entry_bits as MASK = 2^b - 1,
+//                                                                           HALF = 2^(b-1))
+//   table_add qp_classifier set_key QPN DIR IPV6 LOCAL REMOTE => ID  (every key the classifier ever stores)
+//   register_write r_key_qp ID WORD                                   (the key's lookup: bit 16 hit, the QP below)
+//   register_write r_active QP 1                                      (QPs set up in Themis-D)
 //   mirroring_add 1 1                                                 (the compensation clone's session: port 1)
+// Commands between frames come in-band: a frame of EtherType 0x88B5 (ctl_t), applied in the data plane and
+// dropped: op 1 a Themis-D set-up (table 16) or tear-down (17) of QP `index` below N_QPS, served in the QP's turn
+// (after the QP's frames before it, a NACK's scan included); op 2 a classifier key's word. A deployment must
+// accept this EtherType from trusted ports only (this program does not filter it).
 // Frames from any port leave on port 1.
 
 #include <core.p4>
@@ -26,10 +32,14 @@ const bit<16> ETH_IPV6 = 0x86DD;
 const bit<16> TPID_C = 0x8100;
 const bit<16> TPID_S = 0x88A8;
 const bit<16> ROCE_PORT = 4791;
+// The in-band control frame (p4/README.md): IEEE 802 local experimental EtherType, as flb_edge.p4's harness header.
+const bit<16> ETH_CTL = 0x88B5;
 
 // Sizes of the register arrays: QPs (flow-table entries) and PSN-queue entries per QP.
-#define MAX_QPS 64
-#define MAX_DEPTH 64
+#define MAX_QPS 2048
+#define MAX_DEPTH 128
+// Classifier keys (qp_classifier entries) and their QP words in r_key_qp.
+#define MAX_KEYS 4096
 // Queue entries a NACK's scan reads per pass through the pipeline.
 #define K 4
 #define TEMPLATE_BYTES 128
@@ -41,6 +51,9 @@ const bit<8> V_LATE = 6;
 const bit<8> V_NO_TPSN = 7;
 
 header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
+// An in-band control command (EtherType 0x88B5): op 1, an lbpipe Themis-D command (table 16 set-up, 17 tear-down,
+// index the QP); op 2, a classifier key's QP word (index the key's id, data bit 16 hit, bits 15..0 the QP).
+header ctl_t { bit<8> op; bit<8> tbl; bit<24> index; bit<64> data; }
 header vlan_t { bit<16> tci; bit<16> ether_type; }
 header ipv4_t {
     bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> id;
@@ -61,21 +74,24 @@ header aeth_t { bit<8> syndrome; bit<24> msn; }
 header template_t { bit<1024> bytes; }
 
 struct headers_t {
-    template_t tmpl; ethernet_t eth; vlan_t vlan0; vlan_t vlan1; ipv4_t ipv4; ipv4_opts_t ipv4_opts; ipv6_t ipv6;
+    template_t tmpl; ethernet_t eth; ctl_t ctl; vlan_t vlan0; vlan_t vlan1; ipv4_t ipv4; ipv4_opts_t ipv4_opts;
+    ipv6_t ipv6;
     udp_t udp; bth_t bth; aeth_t aeth;
 }
 
 struct meta_t {
     bit<1024> raw;                       // the frame's bytes, left-aligned, for frames of at most 128 bytes
     bit<32> n_paths;
+    bit<32> n_qps;
     bit<32> depth;
     bit<24> mask;
     bit<24> half;
     bit<1> hit;
-    bit<1> active;
+    bit<16> key;
     // Kept across passes (recirculation) and into the compensation clone:
     @field_list(1) bit<16> qp;
     @field_list(1) bit<1> ticketed;      // the frame has its QP's ticket
+    @field_list(1) bit<1> command;       // an in-band set-up or tear-down of QP `qp`
     @field_list(1) bit<16> ticket;
     @field_list(1) bit<1> scanning;      // a NACK in its scan (its ticket is the one served)
     @field_list(1) bit<1> again;         // recirculate this frame (set in ingress, done in egress)
@@ -100,6 +116,8 @@ register<bit<16>>(MAX_QPS) r_next;           // the QP's next ticket
 register<bit<16>>(MAX_QPS) r_serving;        // the ticket whose turn it is
 register<bit<1024>>(MAX_QPS) r_template;
 register<bit<8>>(MAX_QPS) r_template_len;     // 0: no template
+register<bit<1>>(MAX_QPS) r_active;           // set up in Themis-D (table 16), not torn down (17)
+register<bit<17>>(MAX_KEYS) r_key_qp;         // a classifier key's lookup result: bit 16 hit, bits 15..0 the QP
 // PSN queues (index: QP x MAX_DEPTH + slot).
 register<bit<24>>(MAX_QPS * MAX_DEPTH) r_queue;
 // Diagnostics: [0] NACK scans, [1] extra passes (recirculations) of NACKs, [2] recirculations of data and NACKs
@@ -146,8 +164,12 @@ parser ThemisDParser(packet_in pk, out headers_t h, inout meta_t m, inout standa
     state eth {
         pk.extract(h.eth);
         transition select(h.eth.ether_type) {
-            TPID_C: vlan0; TPID_S: vlan0; ETH_IPV4: ipv4; ETH_IPV6: ipv6; default: accept;
+            TPID_C: vlan0; TPID_S: vlan0; ETH_IPV4: ipv4; ETH_IPV6: ipv6; ETH_CTL: ctl; default: accept;
         }
+    }
+    state ctl {
+        pk.extract(h.ctl);
+        transition accept;
     }
     state vlan0 {
         pk.extract(h.vlan0);
@@ -228,27 +250,25 @@ control ThemisDIngress(inout headers_t h, inout meta_t m, inout standard_metadat
     bit<128> local = 0;
     bit<128> remote = 0;
 
-    action set_config(bit<32> n_paths, bit<32> depth, bit<24> mask, bit<24> half) {
-        m.n_paths = n_paths; m.depth = depth; m.mask = mask; m.half = half;
+    action set_config(bit<32> n_paths, bit<32> n_qps, bit<32> depth, bit<24> mask, bit<24> half) {
+        m.n_paths = n_paths; m.n_qps = n_qps; m.depth = depth; m.mask = mask; m.half = half;
     }
-    // N, the queue depth and entry_bits: the block's parameters (a default action the control plane sets).
-    table themis_d_config { key = { } actions = { set_config; } default_action = set_config(256, 40, 0x3FF, 0x200); }
+    // N, n_qps, the queue depth and entry_bits: the block's parameters (a default action the control plane sets).
+    table themis_d_config { key = { } actions = { set_config; }
+                            default_action = set_config(256, 8, 40, 0x3FF, 0x200); }
 
-    action set_qp(bit<16> qp) { m.hit = 1; m.qp = qp; }
+    action set_key(bit<16> key) { m.hit = 1; m.key = key; }
     // The QP classifier's keys (lbpipe sim/packet/qp_classifier.py): data (dqpn, 0, ipv6, dst, 0), NACK (dqpn, 1,
-    // ipv6, src, dst). The cuckoo table's placement is the FPGA's business; a lookup hits the same keys.
+    // ipv6, src, dst). Each key the classifier ever stores has an id; its lookup result (hit, QP) is the register
+    // word r_key_qp[id], so that in-band commands can change it between frames. The cuckoo table's placement is
+    // the FPGA's business; a lookup hits the same keys.
     table qp_classifier {
         key = { h.bth.dqpn : exact @name("qpn"); dir : exact @name("dir"); is6 : exact @name("ipv6");
                 local : exact @name("local"); remote : exact @name("remote"); }
-        actions = { set_qp; NoAction; }
+        actions = { set_key; NoAction; }
         default_action = NoAction();
-        size = 4096;
+        size = MAX_KEYS;
     }
-
-    action set_active() { m.active = 1; }
-    // Themis-D's flow table: the QPs set up (table 16 commands) and not torn down.
-    table qp_active { key = { m.qp : exact @name("qp"); } actions = { set_active; NoAction; }
-                      default_action = NoAction(); size = MAX_QPS; }
 
     action bump(bit<32> i) {
         bit<32> c;
@@ -295,7 +315,21 @@ control ThemisDIngress(inout headers_t h, inout meta_t m, inout standard_metadat
                 nack = op == 0x11 && h.aeth.isValid() && h.aeth.syndrome == 0x60;
             }
         }
-        if (data || nack) {
+        // Which QP's order the frame joins (`queued`): decided on its first pass only, so that an in-band command
+        // changes the frames after it, not those already in the switch.
+        bool queued = m.ticketed == 1;
+        if (m.ticketed == 0 && h.ctl.isValid()) {
+            // An in-band command, applied in the data plane and dropped (a set-up or tear-down in its QP's turn).
+            if (h.ctl.op == 2) {
+                if (h.ctl.index < MAX_KEYS) { r_key_qp.write((bit<32>)h.ctl.index, h.ctl.data[16:0]); }
+            } else if (h.ctl.op == 1 && (h.ctl.tbl == 16 || h.ctl.tbl == 17) &&
+                       (bit<32>)h.ctl.index < m.n_qps) {
+                m.qp = (bit<16>)h.ctl.index;
+                m.command = 1;
+                queued = true;
+            }
+            if (!queued) { mark_to_drop(sm); }
+        } else if (m.ticketed == 0 && (data || nack)) {
             if (h.ipv6.isValid()) { is6 = 1; }
             if (data) {
                 local = h.ipv6.isValid() ? h.ipv6.dst : (bit<128>)h.ipv4.dst;
@@ -305,37 +339,55 @@ control ThemisDIngress(inout headers_t h, inout meta_t m, inout standard_metadat
                 remote = h.ipv6.isValid() ? h.ipv6.dst : (bit<128>)h.ipv4.dst;
             }
             qp_classifier.apply();
-            if (m.hit == 1) { qp_active.apply(); }
+            if (m.hit == 1) {
+                bit<17> word = 0;
+                r_key_qp.read(word, (bit<32>)m.key);
+                if (word[16:16] == 1 && (bit<32>)word[15:0] < m.n_qps) {
+                    m.qp = word[15:0];
+                    queued = true;
+                }
+            }
         }
-        if (m.active == 1) {
-            bit<32> q = (bit<32>)m.qp;
-            bit<32> n = m.n_paths;
-            bit<32> r;
-            // The QP's frames are served in arrival order: each takes a ticket on its first pass, and a frame whose
-            // turn has not come (its QP busy with a NACK's scan or a compensation clone, or frames ahead of it
-            // still waiting) is pushed behind: another pass.
+        bit<32> q = (bit<32>)m.qp;
+        bit<16> serving = 0;
+        bit<1> active = 0;
+        if (queued) {
+            // The QP's frames (and its in-band commands) are served in arrival order: each takes a ticket on its
+            // first pass, and a frame whose turn has not come (its QP busy with a NACK's scan or a compensation
+            // clone, or frames ahead of it still waiting) is pushed behind: another pass.
             if (m.ticketed == 0) {
-                bit<16> next;
+                bit<16> next = 0;
                 r_next.read(next, q);
                 r_next.write(q, next + 1);
                 m.ticket = next;
                 m.ticketed = 1;
             }
-            bit<16> serving;
             r_serving.read(serving, q);
+            r_active.read(active, q);
             if (m.ticket != serving) {
                 m.again = 1;
                 bump(2);
-                return;
-            }
-            bit<1> valid = 0; bit<24> bepsn = 0; bit<32> bres = 0; bit<8> head8 = 0; bit<8> count8 = 0;
-            bit<24> hi = 0; bit<24> lo_cur = 0; bit<24> lo_prev = 0;
-            r_valid.read(valid, q); r_bepsn.read(bepsn, q); r_bres.read(bres, q);
-            r_head.read(head8, q); r_count.read(count8, q);
-            r_hi.read(hi, q); r_lo_cur.read(lo_cur, q); r_lo_prev.read(lo_prev, q);
-            bit<32> head = (bit<32>)head8;
-            bit<32> cnt = (bit<32>)count8;
-            if (data) {
+            } else if (m.command == 1) {
+                // Set-up (table 16) or tear-down (17): an empty queue, no compensation armed, as the golden model.
+                r_active.write(q, h.ctl.tbl == 16 ? (bit<1>)1 : (bit<1>)0);
+                r_valid.write(q, 0); r_bepsn.write(q, 0); r_bres.write(q, 0); r_bmsn.write(q, 0);
+                r_head.write(q, 0); r_count.write(q, 0);
+                r_hi.write(q, 0); r_lo_cur.write(q, 0); r_lo_prev.write(q, 0);
+                r_serving.write(q, serving + 1);
+                mark_to_drop(sm);
+            } else if (active == 0) {
+                // A QP not set up in Themis-D: the frame passes, the QP's next frame is served.
+                r_serving.write(q, serving + 1);
+            } else if (data) {
+                bit<32> n = m.n_paths;
+                bit<32> r = 0;
+                bit<1> valid = 0; bit<24> bepsn = 0; bit<8> head8 = 0; bit<8> count8 = 0; bit<32> bres = 0;
+                bit<24> hi = 0; bit<24> lo_cur = 0; bit<24> lo_prev = 0;
+                r_valid.read(valid, q); r_bepsn.read(bepsn, q); r_bres.read(bres, q);
+                r_head.read(head8, q); r_count.read(count8, q);
+                r_hi.read(hi, q); r_lo_cur.read(lo_cur, q); r_lo_prev.read(lo_prev, q);
+                bit<32> head = (bit<32>)head8;
+                bit<32> cnt = (bit<32>)count8;
                 bit<24> psn = h.bth.psn;
                 r = (bit<32>)psn;
                 MOD_N(r)
@@ -364,72 +416,82 @@ control ThemisDIngress(inout headers_t h, inout meta_t m, inout standard_metadat
                 r_valid.write(q, valid);
                 r_head.write(q, (bit<8>)head); r_count.write(q, (bit<8>)cnt);
                 r_hi.write(q, hi); r_lo_cur.write(q, lo_cur); r_lo_prev.write(q, lo_prev);
-                return;
-            }
-            // A NACK: ePSN e.
-            bit<24> e = h.bth.psn;
-            bit<24> et = e & m.mask;
-            r = (bit<32>)e;
-            MOD_N(r)
-            bit<32> eres = r;
-            bit<8> verdict = V_NONE;
-            if (m.scanning == 0) {
-                bump(0);
-                // Out of range: some PSN the queue may hold lies 2^(entry_bits-1) or more from ePSN.
-                bool far = false;
-                if (cnt != 0 && m.mask != 0xFFFFFF) {
-                    bit<24> lim = 0 - m.half;
-                    bit<24> d1 = hi - e; bit<24> d2 = lo_cur - e; bit<24> d3 = lo_prev - e;
-                    far = !(d1 < m.half || d1 > lim) || !(d2 < m.half || d2 > lim) || !(d3 < m.half || d3 > lim);
+            } else {
+                // A NACK: ePSN e.
+                bit<32> n = m.n_paths;
+                bit<32> r = 0;
+                bit<1> valid = 0; bit<24> bepsn = 0; bit<8> head8 = 0; bit<8> count8 = 0;
+                bit<24> hi = 0; bit<24> lo_cur = 0; bit<24> lo_prev = 0;
+                r_valid.read(valid, q); r_bepsn.read(bepsn, q);
+                r_head.read(head8, q); r_count.read(count8, q);
+                r_hi.read(hi, q); r_lo_cur.read(lo_cur, q); r_lo_prev.read(lo_prev, q);
+                bit<32> head = (bit<32>)head8;
+                bit<32> cnt = (bit<32>)count8;
+                bit<24> e = h.bth.psn;
+                bit<24> et = e & m.mask;
+                r = (bit<32>)e;
+                MOD_N(r)
+                bit<32> eres = r;
+                bit<8> verdict = V_NONE;
+                if (m.scanning == 0) {
+                    bump(0);
+                    // Out of range: some PSN the queue may hold lies 2^(entry_bits-1) or more from ePSN.
+                    bool far = false;
+                    if (cnt != 0 && m.mask != 0xFFFFFF) {
+                        bit<24> lim = 0 - m.half;
+                        bit<24> d1 = hi - e; bit<24> d2 = lo_cur - e; bit<24> d3 = lo_prev - e;
+                        far = !(d1 < m.half || d1 > lim) || !(d2 < m.half || d2 > lim) || !(d3 < m.half || d3 > lim);
+                    }
+                    if (far) {
+                        verdict = V_NO_TPSN;
+                        m.n1 = (bit<8>)cnt;
+                    } else if (cnt == 0) {
+                        verdict = V_NO_TPSN;
+                        m.n1 = 0;
+                    } else {
+                        m.scanning = 1;
+                        m.pos = 0;
+                        m.phase2 = 0;
+                        m.n1 = 0;
+                        m.passes = 0;
+                    }
                 }
-                if (far) {
-                    verdict = V_NO_TPSN;
-                    m.n1 = (bit<8>)cnt;
-                } else if (cnt == 0) {
-                    verdict = V_NO_TPSN;
-                    m.n1 = 0;
+                if (verdict == V_NONE) {
+                    SCAN_ENTRY
+                    SCAN_ENTRY
+                    SCAN_ENTRY
+                    SCAN_ENTRY
+                    if (verdict == V_NONE && (bit<32>)m.pos == cnt) {
+                        if (m.phase2 == 1) { verdict = V_BLOCKED; } else { verdict = V_NO_TPSN; }
+                    }
+                }
+                if (verdict == V_NONE) {
+                    // K entries read, no decision: another pass.
+                    m.passes = m.passes + 1;
+                    m.again = 1;
+                    bump(1);
                 } else {
-                    m.scanning = 1;
-                    m.pos = 0;
-                    m.phase2 = 0;
-                    m.n1 = 0;
-                    m.passes = 0;
+                    // The scan's end: dequeue the entries before tPSN, update (BePSN, Valid), keep a blocked NACK.
+                    head = head + (bit<32>)m.n1;
+                    if (head >= m.depth) { head = head - m.depth; }
+                    r_head.write(q, (bit<8>)head);
+                    r_count.write(q, (bit<8>)(cnt - (bit<32>)m.n1));
+                    bit<24> db = bepsn - e;
+                    if (valid == 0 || !(db != 0 && db < 0x800000)) {
+                        if (verdict == V_BLOCKED) {
+                            r_valid.write(q, 1); r_bepsn.write(q, e); r_bres.write(q, eres);
+                            r_bmsn.write(q, h.aeth.msn);
+                            r_template.write(q, m.raw);
+                            r_template_len.write(q, sm.packet_length <= TEMPLATE_BYTES ? (bit<8>)sm.packet_length : 0);
+                        } else {
+                            r_valid.write(q, 0);
+                        }
+                    }
+                    r_serving.write(q, serving + 1);
+                    m.scanning = 0;
+                    if (verdict == V_BLOCKED || verdict == V_LATE) { mark_to_drop(sm); }
                 }
             }
-            if (verdict == V_NONE) {
-                SCAN_ENTRY
-                SCAN_ENTRY
-                SCAN_ENTRY
-                SCAN_ENTRY
-                if (verdict == V_NONE && (bit<32>)m.pos == cnt) {
-                    if (m.phase2 == 1) { verdict = V_BLOCKED; } else { verdict = V_NO_TPSN; }
-                }
-            }
-            if (verdict == V_NONE) {
-                // K entries read, no decision: another pass.
-                m.passes = m.passes + 1;
-                m.again = 1;
-                bump(1);
-                return;
-            }
-            // The scan's end: dequeue the entries before tPSN, update (BePSN, Valid), keep a blocked NACK.
-            head = head + (bit<32>)m.n1;
-            if (head >= m.depth) { head = head - m.depth; }
-            r_head.write(q, (bit<8>)head);
-            r_count.write(q, (bit<8>)(cnt - (bit<32>)m.n1));
-            bit<24> db = bepsn - e;
-            if (valid == 0 || !(db != 0 && db < 0x800000)) {
-                if (verdict == V_BLOCKED) {
-                    r_valid.write(q, 1); r_bepsn.write(q, e); r_bres.write(q, eres); r_bmsn.write(q, h.aeth.msn);
-                    r_template.write(q, m.raw);
-                    r_template_len.write(q, sm.packet_length <= TEMPLATE_BYTES ? (bit<8>)sm.packet_length : 0);
-                } else {
-                    r_valid.write(q, 0);
-                }
-            }
-            r_serving.write(q, serving + 1);
-            m.scanning = 0;
-            if (verdict == V_BLOCKED || verdict == V_LATE) { mark_to_drop(sm); }
         }
     }
 }
@@ -467,7 +529,8 @@ control ThemisDCompute(inout headers_t h, inout meta_t m) { apply { } }
 
 control ThemisDDeparser(packet_out pk, in headers_t h) {
     apply {
-        pk.emit(h.tmpl); pk.emit(h.eth); pk.emit(h.vlan0); pk.emit(h.vlan1); pk.emit(h.ipv4); pk.emit(h.ipv4_opts);
+        pk.emit(h.tmpl); pk.emit(h.eth); pk.emit(h.ctl); pk.emit(h.vlan0); pk.emit(h.vlan1); pk.emit(h.ipv4);
+        pk.emit(h.ipv4_opts);
         pk.emit(h.ipv6); pk.emit(h.udp); pk.emit(h.bth); pk.emit(h.aeth);
     }
 }

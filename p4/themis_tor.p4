@@ -9,7 +9,10 @@
 //
 // Control plane (lbpipe/p4.py writes it from lbpipe `ctl` commands):
 //   table_set_default themis_config set_n_paths N      (N = 1..256; default 256)
-//   table_add pathmap set_delta REL => DELTA            (REL = PSN mod N, DELTA = 16-bit XOR; a miss is delta 0)
+//   register_write r_pathmap REL DELTA                  (REL = PSN mod N, DELTA = 16-bit XOR; reset contents 0)
+// PathMap writes between frames come in-band: a frame of EtherType 0x88B5 (ctl_t: op 1, the lbpipe command's table,
+// index and data), applied in the data plane (table 0, index below N) and dropped. A deployment must accept this
+// EtherType from trusted ports only (this program does not filter it).
 // Frames from any port leave on port 1 (port 0 in, port 1 out in the tests).
 
 #include <core.p4>
@@ -21,11 +24,14 @@ const bit<16> ETH_IPV6 = 0x86DD;
 const bit<16> TPID_C = 0x8100;
 const bit<16> TPID_S = 0x88A8;
 const bit<16> ROCE_PORT = 4791;
+const bit<16> ETH_CTL = 0x88B5;
 // The longest BTH payload (extension headers and data) parsed: a 9,216-byte jumbo frame's.
 #define MAX_PAYLOAD_BITS 73728
 
 header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
 header vlan_t { bit<16> tci; bit<16> ether_type; }
+// An in-band control command (EtherType 0x88B5): op 1, an lbpipe Themis-S command (table 0 PathMap).
+header ctl_t { bit<8> op; bit<8> tbl; bit<24> index; bit<64> data; }
 header ipv4_t {
     bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> id;
     bit<16> flags_frag; bit<8> ttl; bit<8> protocol; bit<16> checksum; bit<32> src; bit<32> dst;
@@ -44,17 +50,24 @@ header payload_t { varbit<MAX_PAYLOAD_BITS> bytes; }   // extension headers and 
 header icrc_t { bit<32> value; }                        // as on the wire: least significant byte first
 
 struct headers_t {
-    ethernet_t eth; vlan_t vlan0; vlan_t vlan1; ipv4_t ipv4; ipv4_opts_t ipv4_opts; ipv6_t ipv6;
+    ethernet_t eth; ctl_t ctl; vlan_t vlan0; vlan_t vlan1; ipv4_t ipv4; ipv4_opts_t ipv4_opts; ipv6_t ipv6;
     udp_t udp; bth_t bth; payload_t payload; icrc_t icrc;
 }
 struct meta_t { bit<16> n_paths; }
+
+// PathMap[PSN mod N]: the XOR delta for a relative path (reset contents 0, as the FPGA table's).
+register<bit<16>>(256) r_pathmap;
 
 parser ThemisParser(packet_in pk, out headers_t h, inout meta_t m, inout standard_metadata_t sm) {
     state start {
         pk.extract(h.eth);
         transition select(h.eth.ether_type) {
-            TPID_C: vlan0; TPID_S: vlan0; ETH_IPV4: ipv4; ETH_IPV6: ipv6; default: accept;
+            TPID_C: vlan0; TPID_S: vlan0; ETH_IPV4: ipv4; ETH_IPV6: ipv6; ETH_CTL: ctl; default: accept;
         }
+    }
+    state ctl {
+        pk.extract(h.ctl);
+        transition accept;
     }
     state vlan0 {
         pk.extract(h.vlan0);
@@ -113,19 +126,16 @@ control ThemisIngress(inout headers_t h, inout meta_t m, inout standard_metadata
     // N: a default action the control plane sets (not const), like the FPGA block's n_paths parameter.
     table themis_config { key = { } actions = { set_n_paths; } default_action = set_n_paths(256); }
 
-    action set_delta(bit<16> d) { delta = d; }
-    // PathMap[PSN mod N]: the XOR delta for a relative path. A miss is delta 0 (the FPGA table's reset contents).
-    table pathmap {
-        key = { rel : exact @name("rel_path"); }
-        actions = { set_delta; NoAction; }
-        default_action = NoAction();
-        size = 256;
-    }
-
     apply {
         sm.egress_spec = 1;
         themis_config.apply();
-        if (h.icrc.isValid()) {
+        if (h.ctl.isValid()) {
+            // An in-band command: a PathMap write (table 0, index below N) applied, every command dropped.
+            if (h.ctl.op == 1 && h.ctl.tbl == 0 && h.ctl.index < (bit<24>)m.n_paths) {
+                r_pathmap.write((bit<32>)h.ctl.index, h.ctl.data[15:0]);
+            }
+            mark_to_drop(sm);
+        } else if (h.icrc.isValid()) {
             // The parser's RoCEv2 rules (lbpipe docs/packet_io.md): the IP packet holds the UDP datagram, the UDP
             // length holds BTH, the opcode's extension headers and ICRC, TVer 0, and (frames of up to 128 bytes,
             // whose length the cut-through parser knows) the frame holds the whole IP packet.
@@ -165,7 +175,7 @@ control ThemisIngress(inout headers_t h, inout meta_t m, inout standard_metadata
                 MOD_STEP(9) MOD_STEP(8) MOD_STEP(7) MOD_STEP(6) MOD_STEP(5) MOD_STEP(4) MOD_STEP(3) MOD_STEP(2)
                 MOD_STEP(1) MOD_STEP(0)
                 rel = r[7:0];
-                pathmap.apply();
+                r_pathmap.read(delta, (bit<32>)rel);
                 if (delta != 0) {
                     bit<32> d;
                     // dist: the bytes between the port and the ICRC, UDP length - 2 (port) - 4 (ICRC).
@@ -183,7 +193,8 @@ control ThemisCompute(inout headers_t h, inout meta_t m) { apply { } }
 
 control ThemisDeparser(packet_out pk, in headers_t h) {
     apply {
-        pk.emit(h.eth); pk.emit(h.vlan0); pk.emit(h.vlan1); pk.emit(h.ipv4); pk.emit(h.ipv4_opts); pk.emit(h.ipv6);
+        pk.emit(h.eth); pk.emit(h.ctl); pk.emit(h.vlan0); pk.emit(h.vlan1); pk.emit(h.ipv4); pk.emit(h.ipv4_opts);
+        pk.emit(h.ipv6);
         pk.emit(h.udp); pk.emit(h.bth); pk.emit(h.payload); pk.emit(h.icrc);
     }
 }

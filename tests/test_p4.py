@@ -12,6 +12,10 @@ each QP (recirculation may interleave QPs otherwise: p4/README.md); the NACK sca
 the golden model's scan lengths; and the closed loop's NACK properties (sim/themis/net.py) are checked on the fates
 of the frames read off bmv2's output.
 
+Commands between frames (tests with a ``trace.pcap``, ``themis-ctl`` and ``themis-d-ctl``): the programs take them
+in-band; the expected frames are the golden model's with each command applied before the frame its event names,
+written again here.
+
 FLB (flb_edge.p4, tests ``flb-*``): every packet's decision, and the flow (CRC16 of its 5-tuple), as the golden model
 sim/flb/route.py makes it when fed what this file re-derives from the input frames alone (its own CRC16 and LPM).
 
@@ -43,12 +47,18 @@ from lbpipe.trace import read_events, read_pcap
 P4 = pathlib.Path(__file__).resolve().parent.parent / "p4"
 ALL_TESTS = sorted(d.name[5:] for d in (P4 / "sim").glob("test-*"))
 #: Themis-S tests (themis_tor.p4) and Themis-D tests (themis_d.p4).
-TESTS = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
-         == "themis-s-wire"]
-TESTS_D = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
-           == "themis-d-wire"]
+TESTS_S_ALL = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+               == "themis-s-wire"]
+#: Themis-S tests with PathMap writes between frames (trace.pcap: the frames without the in-band commands).
+TESTS_S_CTL = [n for n in TESTS_S_ALL if (P4 / "sim" / f"test-{n}" / "trace.pcap").exists()]
+TESTS = [n for n in TESTS_S_ALL if n not in TESTS_S_CTL]
+TESTS_D_ALL = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+               == "themis-d-wire"]
+#: Themis-D tests with control commands between frames (trace.pcap: the frames without the in-band commands).
+TESTS_D_CTL = [n for n in TESTS_D_ALL if (P4 / "sim" / f"test-{n}" / "trace.pcap").exists()]
+TESTS_D = [n for n in TESTS_D_ALL if n not in TESTS_D_CTL]
 #: FLB tests (flb_edge.p4).
-TESTS_FLB = [n for n in ALL_TESTS if n not in TESTS and n not in TESTS_D]
+TESTS_FLB = [n for n in ALL_TESTS if n not in TESTS_S_ALL and n not in TESTS_D_ALL]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +108,8 @@ def test_commands_from_ctl():
            {"table": 3, "index": 1, "data": 1}]
     assert p4.themis_s_commands(ctl, 4) == [
         "table_set_default themis_config set_n_paths 4",
-        "table_add pathmap set_delta 0 => 65535",
-        "table_add pathmap set_delta 2 => 6",
+        "register_write r_pathmap 0 65535",
+        "register_write r_pathmap 2 6",
     ]
     for bad in (0, 257, "8"):
         with pytest.raises(ValueError):
@@ -208,14 +218,16 @@ def test_themis_d_commands_from_ctl():
             {"table": 17, "index": 3, "data": 0}, {"table": 16, "index": 4, "data": 0},
             {"table": 16, "index": 2, "data": 0}]
     lines = p4.themis_d_commands(ctl, params)
-    assert lines[:2] == ["table_set_default themis_d_config set_config 5 8 127 64", "mirroring_add 1 1"]
-    assert "table_add qp_classifier set_qp 0x11 0 0 0xa000001 0x0 => 1" in lines
-    assert "table_add qp_classifier set_qp 0x22 1 0 0xa000001 0xa000002 => 1" in lines
-    six = [line for line in lines if " 0x33 0 1 " in line or " 0x44 1 1 " in line]
-    assert not six
-    assert [line for line in lines if "qp_active" in line] == ["table_add qp_active set_active 1 =>",
-                                                                "table_add qp_active set_active 2 =>"]
-    for bad in (dict(n_qps=65), dict(queue_depth=100), dict(entry_bits=1), dict(colour=1)):
+    assert lines[:2] == ["table_set_default themis_d_config set_config 5 4 8 127 64", "mirroring_add 1 1"]
+    # Every key ever stored has an id (sorted keys); the removed IPv6 QP's keys have no hit word.
+    assert lines[2:6] == ["table_add qp_classifier set_key 0x11 0 0 0xa000001 0x0 => 0",
+                          "table_add qp_classifier set_key 0x22 1 0 0xa000001 0xa000002 => 1",
+                          "table_add qp_classifier set_key 0x33 0 1 0xfd000000000000000000000000000001 0x0 => 2",
+                          "table_add qp_classifier set_key 0x44 1 1 0xfd000000000000000000000000000001 "
+                          "0xfd000000000000000000000000000002 => 3"]
+    assert lines[6:] == ["register_write r_key_qp 0 65537", "register_write r_key_qp 1 65537",
+                         "register_write r_active 1 1", "register_write r_active 2 1"]
+    for bad in (dict(n_qps=2049), dict(queue_depth=129), dict(entry_bits=1), dict(colour=1)):
         with pytest.raises(ValueError):
             p4.themis_d_commands([], dict(params, **bad))
 
@@ -319,8 +331,8 @@ def test_replay_rejects_what_the_program_does_not_model():
     runs; the CLI says so in one line."""
     with pytest.raises(ValueError, match="no P4 program"):
         p4.replay("themis-s", {}, [], [])
-    with pytest.raises(ValueError, match="n_qps <= 64 and queue_depth <= 64"):
-        p4.replay("themis-d-wire", {}, [], [])
+    with pytest.raises(ValueError, match="n_qps <= 2048 and queue_depth <= 128"):
+        p4.replay("themis-d-wire", dict(queue_depth=129), [], [])
     with pytest.raises(ValueError, match="longer than depth"):
         p4.replay("themis-d-wire", dict(n_qps=8, queue_depth=40, depth=2), [bytes(129)], [])
     for params in ({"cut_through": False}, {"fcs": True}):
@@ -477,3 +489,245 @@ def test_cli_replay_flb_bmv2(tools, tmp_path):
                                "-o", str(outs[engine])], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert read_events(outs["bmv2"]) == read_events(outs["golden"])
+
+
+# -- Themis-D with control commands between frames (in-band command frames) ----------------------------------------
+
+def _golden_ctl(frames, events, params):
+    """Written here: the golden model with each event's command applied before frame ``before`` (0 when absent);
+    its frames out, for each the QP whose order it keeps (the classifier's QP below n_qps for the data frame or
+    NACK it came from, at that frame's time, set up or not; else None), and per input frame its Themis-D result."""
+    from lbpipe.sim.packet.qp_classifier import item_key
+    model = ThemisDWireModel(**params)
+    out, classes, results = [], [], []
+    pending = list(events)
+    for at, frame in enumerate(frames):
+        while pending and pending[0].get("before", 0) <= at:
+            model.control(pending.pop(0)["ctl"])
+        meta = parse(frame)
+        qp = None
+        if meta["kind"] in (PacketKind.DATA.value, PacketKind.NACK.value):
+            hit, q = model.classifier.lookup(item_key({k: meta[k] for k in ("kind", "ipv6", "src_ip", "dst_ip",
+                                                                            "dqpn")}))
+            qp = q if hit and q < params["n_qps"] else None
+        result = model.decide(frame)
+        results.append(result)
+        sent = model.comp.process(frame, {"tag": result["tag"], "drop": result["drop"], "record": result["arm"],
+                                          "comp": result["comp"], "qp": result["qp"]})
+        out += sent
+        classes += [qp] * len(sent)
+    return out, classes, results
+
+
+def _inband(frame):
+    """A themis_d.p4 in-band command frame's ``(op, table, index, data)`` (p4/README.md layout), else None."""
+    if struct.unpack_from("!H", frame, 12)[0] != 0x88B5:
+        return None
+    op, table = frame[14], frame[15]
+    return op, table, int.from_bytes(frame[16:19], "big"), struct.unpack_from("!Q", frame, 19)[0]
+
+
+@pytest.mark.parametrize("name", TESTS_D_CTL)
+def test_themis_d_ctl_stored_files(name):
+    """packets_out.pcap is the golden model's output with the commands between the frames; packets_in.pcap is the
+    trace's frames in order with command frames between them: the Themis-D commands (tables 16 and up) exactly at
+    their events' positions, classifier changes as op 2 words; commands.txt and the frames are what lbpipe/p4.py
+    derives."""
+    test = p4.load_test(name)
+    events = read_events(test["dir"] / "ctl.jsonl")
+    assert any(e.get("before", 0) > 0 for e in events)
+    assert test["expected"] == _golden_ctl(test["trace"], events, test["params"])[0]
+    assert (test["commands"], test["frames"]) == p4.themis_d_inband(events, test["params"], test["trace"])
+    at, seen = 0, []
+    for frame in test["frames"]:
+        cmd = _inband(frame)
+        if cmd is None:
+            assert frame == test["trace"][at]
+            at += 1
+        elif cmd[0] == 1:
+            seen.append({"before": at, "ctl": {"table": cmd[1], "index": cmd[2], "data": cmd[3]}})
+        else:
+            assert cmd[0] == 2 and cmd[3] >> 17 == 0
+    assert at == len(test["trace"])
+    want = [e for e in events if e.get("before", 0) > 0 and e["ctl"]["table"] >= 16]
+    assert seen == want
+
+
+def test_ctl_positions_refused():
+    """Positions that go down, lie past the frames, or are not integers, and other keys, are refused in one line."""
+    cmd = {"table": 16, "index": 0, "data": 0}
+    assert p4.ctl_positions([{"ctl": cmd}, {"ctl": cmd, "before": 2}, {"ctl": cmd, "before": 2}], 2) == \
+        [(0, cmd), (2, cmd), (2, cmd)]
+    for bad in ([{"ctl": cmd, "before": 2}, {"ctl": cmd, "before": 1}], [{"ctl": cmd, "before": 3}],
+                [{"ctl": cmd, "before": "1"}], [{"ctl": cmd, "at": 1}], [{"before": 1}]):
+        with pytest.raises(ValueError):
+            p4.ctl_positions(bad, 2)
+
+
+def _check_order(out, expected, classes):
+    """bmv2's frames: the expected frames byte for byte, in the golden order within each QP class (equal frames take
+    the classes of their expected copies in turn)."""
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    assert sorted(out) == sorted(expected), "bmv2 sent other frames than the golden model"
+    pending = {}
+    for frame, c in zip(expected, classes):
+        pending.setdefault(frame, []).append(c)
+    got = [pending[frame].pop(0) for frame in out]
+    for qp in set(classes):
+        a = [f for f, q in zip(out, got) if q == qp]
+        b = [f for f, q in zip(expected, classes) if q == qp]
+        assert a == b, f"QP {qp}: bmv2's frames leave in another order than the golden model's"
+
+
+@pytest.mark.parametrize("name", TESTS_D_CTL)
+def test_themis_d_ctl_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs themis_d.p4 on the frames with in-band commands between them: the golden model's frames (commands
+    applied between the same frames) byte for byte, in its order within each QP; command frames dropped; the NACK
+    scans' passes as the golden model's scan lengths call for."""
+    stats = {}
+    test, out = p4.run_test(name, tools, compiled[P4 / "themis_d.p4"], stats=stats)
+    events = read_events(test["dir"] / "ctl.jsonl")
+    expected, classes, results = _golden_ctl(test["trace"], events, test["params"])
+    assert not [f for f in out if _inband(f) is not None], "in-band command frames left the switch"
+    _check_order(out, expected, classes)
+    nacks = [r for r in results if r["verdict"] >= Verdict.NACK_VALID]
+    assert stats["nack_scans"] == len(nacks)
+    extra = sum(math.ceil(r["scanned"] / 4) - 1 for r in nacks if r["scanned"] and not r["out_of_range"])
+    assert stats["nack_passes"] == extra and extra >= 2
+    assert sum(r["comp"] for r in results) >= 3
+
+
+@pytest.mark.regression
+def test_cli_replay_themis_d_bmv2_long(tools, tmp_path):
+    """``lbpipe replay themis-d-wire IN --ctl CTL --engine bmv2`` on a longer closed-loop trace (about 3,000 frames,
+    N = 8, 40 entries of 10 bits) with QPs torn down (behind their NACKs) and set up again between frames: the
+    frames ``--engine golden`` writes, in its order within each QP."""
+    from lbpipe.tb.themis import test_themis_d_wire as dwire
+    from lbpipe.trace import write_events, write_pcap
+    params = dict(dwire.WIRE_PARAMS, n_paths=8)
+    cmds, frames = dwire.pcap_trace(5, 3000, **params)
+    events = [{"ctl": c} for c in cmds]
+    # Every 250 frames, QP (k mod 4) torn down right behind one of its NACKs (so often during its scan) and set up
+    # again 40 frames later.
+    model = ThemisDWireModel(**params)
+    for cmd in cmds:
+        model.control(cmd)
+    qp_of = _qp_of(model)
+    nacks = [i for i, f in enumerate(frames) if parse(f)["kind"] == PacketKind.NACK.value and qp_of(f) is not None]
+    for k, start in enumerate(range(250, len(frames) - 300, 250)):
+        i = next(i for i in nacks if i >= start)
+        q = qp_of(frames[i])
+        events += [{"ctl": {"table": 17, "index": q, "data": 0}, "before": i + 1},
+                   {"ctl": {"table": 16, "index": q, "data": 0}, "before": i + 41}]
+    events.sort(key=lambda e: e.get("before", 0))
+    write_pcap(tmp_path / "in.pcap", frames)
+    write_events(tmp_path / "in.ctl.jsonl", events)
+    flags = [a for k, v in params.items() for a in ("--param", f"{k}={str(v).lower()}")]
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.pcap"
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-d-wire",
+                               str(tmp_path / "in.pcap"), "--ctl", str(tmp_path / "in.ctl.jsonl"), *flags,
+                               "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    expected, classes, results = _golden_ctl(frames, events, params)
+    assert read_pcap(outs["golden"]) == expected
+    _check_order(read_pcap(outs["bmv2"]), expected, classes)
+    assert sum(r["comp"] for r in results) > 0
+
+
+# -- Themis-S with PathMap writes between frames ----------------------------------------------------------------------
+
+def _golden_s_ctl(frames, events, n_paths):
+    """Written here: the golden model with each event's command applied before frame ``before`` (0 when absent);
+    its frames out and, per frame, the commands applied so far."""
+    model = ThemisSWireModel(n_paths=n_paths)
+    out, applied, so_far, pending = [], [], [], list(events)
+    for at, frame in enumerate(frames):
+        while pending and pending[0].get("before", 0) <= at:
+            so_far.append(pending[0]["ctl"])
+            model.control(pending.pop(0)["ctl"])
+        out.append(model.process(frame))
+        applied.append(list(so_far))
+    return out, applied
+
+
+@pytest.mark.parametrize("name", TESTS_S_CTL)
+def test_themis_s_ctl_stored_files(name):
+    """packets_out.pcap is the golden model's output with the writes between the frames; packets_in.pcap is the
+    trace's frames with every later command in-band (op 1, as it is) before the frame its event names."""
+    test = p4.load_test(name)
+    events = read_events(test["dir"] / "ctl.jsonl")
+    n_paths = test["params"]["n_paths"]
+    assert test["expected"] == _golden_s_ctl(test["trace"], events, n_paths)[0]
+    assert (test["commands"], test["frames"]) == p4.themis_s_inband(events, n_paths, test["trace"])
+    at, seen = 0, []
+    for frame in test["frames"]:
+        cmd = _inband(frame)
+        if cmd is None:
+            assert frame == test["trace"][at]
+            at += 1
+        else:
+            assert cmd[0] == 1
+            seen.append({"before": at, "ctl": {"table": cmd[1], "index": cmd[2], "data": cmd[3]}})
+    assert seen == [e for e in events if e.get("before", 0) > 0]
+
+
+@pytest.mark.parametrize("name", TESTS_S_CTL)
+def test_themis_s_ctl_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs themis_tor.p4 with PathMap writes in-band: byte for byte the golden model's output in order
+    (command frames dropped), every ICRC valid, every port as re-derived from the writes made before its frame."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "themis_tor.p4"])
+    events = read_events(test["dir"] / "ctl.jsonl")
+    n_paths = test["params"]["n_paths"]
+    expected, applied = _golden_s_ctl(test["trace"], events, n_paths)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    wrong = [i for i, (a, b) in enumerate(zip(out, expected)) if a != b]
+    assert not wrong, f"{len(wrong)} frames differ from the golden model, first #{wrong[0]}"
+    ports = set()
+    for frame_in, frame_out, ctl in zip(test["trace"], out, applied):
+        assert pk.icrc(frame_out) == frame_out[-4:]
+        _sport_rule(frame_in, frame_out, ctl, n_paths)
+        ports.add(frame_out[14 + 20:14 + 22])
+    assert len(ports) > 4, "the writes between frames must change the ports"
+
+
+@pytest.mark.regression
+def test_cli_replay_themis_d_bmv2_defaults(tools, tmp_path):
+    """``lbpipe replay themis-d-wire --engine bmv2`` at the block's defaults (1,600 QPs of 100 entries, N = 256:
+    themis_d.p4 holds 2,048 of 128): the frames ``--engine golden`` writes, in its order within each QP."""
+    done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "trace", "themis-d-wire", "--seed", "9", "-n", "1000",
+                           "-o", str(tmp_path / "in.pcap")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.pcap"
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-d-wire",
+                               str(tmp_path / "in.pcap"), "--ctl", str(tmp_path / "in.ctl.jsonl"),
+                               "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    from lbpipe.blocks import get_block
+    params = get_block("themis-d-wire").resolve({})
+    frames = read_pcap(tmp_path / "in.pcap")
+    events = read_events(tmp_path / "in.ctl.jsonl")
+    expected, classes, results = _golden_ctl(frames, events, params)
+    assert params["n_qps"] == 1600 and params["queue_depth"] == 100
+    assert read_pcap(outs["golden"]) == expected
+    _check_order(read_pcap(outs["bmv2"]), expected, classes)
+    assert sum(r["verdict"] >= Verdict.NACK_VALID for r in results) > 10 and len(expected) < len(frames)
+
+
+@pytest.mark.regression
+def test_cli_replay_themis_s_between_bmv2(tools, tmp_path):
+    """``lbpipe replay themis-s-wire trace.pcap --ctl ctl.jsonl --engine bmv2`` with PathMap writes between frames
+    (test-themis-ctl): the stored golden frames, as ``--engine golden`` writes them."""
+    where = P4 / "sim" / "test-themis-ctl"
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.pcap"
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-s-wire",
+                               str(where / "trace.pcap"), "--param", "n_paths=4", "--ctl", str(where / "ctl.jsonl"),
+                               "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    expected = _golden_s_ctl(read_pcap(where / "trace.pcap"), read_events(where / "ctl.jsonl"), 4)[0]
+    assert read_pcap(outs["bmv2"]) == read_pcap(outs["golden"]) == expected

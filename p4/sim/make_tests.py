@@ -16,7 +16,8 @@ import pathlib
 import struct
 import sys
 
-from lbpipe.p4 import themis_d_commands, themis_s_commands
+from lbpipe.p4 import (golden_between, themis_d_commands, themis_d_golden, themis_d_inband, themis_s_commands,
+                        themis_s_inband)
 from lbpipe.sim.themis.wire import ThemisDWireModel, ThemisSWireModel
 from lbpipe.tb.lib import packets as pk
 from lbpipe.tb.themis import test_themis_d_wire as dwire
@@ -129,6 +130,47 @@ def edge_ctl():
             {"table": 0, "index": 5, "data": 0x5555}, {"table": 1, "index": 0, "data": 0x7777}]
 
 
+def ctl_s():
+    """PathMap writes between frames, N = 4: ``(events, frames)``. One QP's data frames PSN 0 to 39 (every relative
+    path ten times), the entries rewritten every few frames, an entry written twice before one frame (the last
+    wins), data wider than 16 bits, forged writes (index at N and 2^24 - 1, table 1), and a write after the last
+    frame."""
+    import random
+    rng = random.Random(5)
+    src, dst = "10.1.0.1", "10.2.0.1"
+    frames = [bytes(pk.roce_data(src, dst, 0xC123, 0x42, psn, payload_len=rng.choice([0, 40, 300])))
+              for psn in range(40)]
+    events = [{"ctl": {"table": 0, "index": i, "data": 0x100 * (i + 1)}} for i in range(4)]
+    for at in range(3, 40, 5):
+        index = rng.randrange(4)
+        events.append({"ctl": {"table": 0, "index": index, "data": rng.randrange(1 << 17)}, "before": at})
+    events += [{"ctl": {"table": 0, "index": 1, "data": 0x1111}, "before": 20},
+               {"ctl": {"table": 0, "index": 1, "data": 0x2222}, "before": 20},
+               {"ctl": {"table": 0, "index": 4, "data": 0x5555}, "before": 24},
+               {"ctl": {"table": 0, "index": (1 << 24) - 1, "data": 0x5555}, "before": 24},
+               {"ctl": {"table": 1, "index": 2, "data": 0x7777}, "before": 24},
+               {"ctl": {"table": 0, "index": 2, "data": 0}, "before": 30},
+               {"ctl": {"table": 0, "index": 0, "data": 0xAAAA}, "before": 40}]
+    events.sort(key=lambda e: e.get("before", 0))
+    return events, frames
+
+
+def write_test_s_ctl(name, events, frames, n_paths, note):
+    """A Themis-S test with PathMap writes between frames (packets_in.pcap with the in-band command frames,
+    trace.pcap without)."""
+    where = HERE / f"test-{name}"
+    where.mkdir(exist_ok=True)
+    write_events(where / "ctl.jsonl", events)
+    (where / "test.json").write_text(json.dumps({"program": "themis_tor.p4", "block": "themis-s-wire",
+                                                 "params": {"n_paths": n_paths}, "note": note}, indent=2) + "\n")
+    commands, inband = themis_s_inband(events, n_paths, frames)
+    write_pcap(where / "trace.pcap", frames)
+    write_pcap(where / "packets_in.pcap", inband)
+    (where / "commands.txt").write_text("".join(c + "\n" for c in commands))
+    write_pcap(where / "packets_out.pcap", golden_between("themis-s-wire", {"n_paths": n_paths}, events, frames))
+    sys.stdout.write(f"{where}: {len(frames)} frames, {len(inband) - len(frames)} in-band commands\n")
+
+
 def expected(frames, ctl, n_paths):
     model = ThemisSWireModel(n_paths=n_paths)
     for cmd in ctl:
@@ -215,6 +257,95 @@ def edge_d():
     return cmds, frames
 
 
+CTL_D_PARAMS = dict(n_qps=8, queue_depth=16, n_paths=2, entry_bits=8, buckets=16, ways=2, ipv6=True, depth=256)
+
+
+def ctl_d():
+    """Hand-picked Themis-D cases with control commands between frames (``"before": K`` events; themis_d.p4 takes
+    them in-band): ``(events, frames)``. N = 2, 16 entries of 8 bits, QPs 0 to 3 set up first. QP 0: a NACK whose
+    scan takes three passes, then at once a tear-down (served after the scan, in the QP's order), data and a NACK
+    of the idle QP (untouched), a set-up (empty queue), a blocked NACK then compensation. QP 1: compensation armed,
+    then a tear-down and set-up before the packet that would fire it (no compensation). QP 2: removed from the
+    classifier (its frames pass as no QP's), its index given to new addresses (QP 4's) and set up again. QP 3:
+    moved to index 5 in the classifier without a set-up of 5 (passes), then set up. Forged: a set-up at n_qps, an
+    unknown table, tables 16 and 17 at index 2^24 - 1."""
+    import random
+    from lbpipe.sim.packet.qp_classifier import QpTable
+    rng = random.Random(11)
+    p = CTL_D_PARAMS
+    qps = [dwire.Qp(q) for q in range(6)]
+    table = QpTable(n_entries=p["n_qps"], buckets=p["buckets"], ways=p["ways"], ipv6=p["ipv6"])
+    events, frames = [], []
+
+    def ctl(cmds):
+        events.extend({"ctl": c, "before": len(frames)} for c in cmds)
+
+    def data(qp, *psns):
+        frames.extend(bytes(qp.data(psn, rng)) for psn in psns)
+
+    def nack(qp, epsn, msn=1):
+        frames.append(bytes(qp.nack(epsn, msn)))
+
+    q0, q1, q2, q3, q4, _ = qps
+    for q in range(4):
+        ctl(table.add_qp(qps[q].local, qps[q].remote, qps[q].local_qpn, qps[q].remote_qpn, q))
+        ctl([{"table": 16, "index": q, "data": 0}])
+    data(q0, *range(0, 12))
+    nack(q0, 10, 1)                                         # tPSN 10 at entry 11: three passes, then forwarded
+    ctl([{"table": 17, "index": 0, "data": 0}])
+    data(q0, 12, 13)
+    nack(q0, 12, 2)
+    ctl([{"table": 16, "index": 0, "data": 0}])
+    data(q0, 20, 21, 23)
+    nack(q0, 22, 3)                                         # blocked (tPSN 23, ePSN's path), kept
+    data(q0, 24)                                            # compensation
+    data(q1, 1, 2, 4)
+    nack(q1, 3, 4)                                          # blocked
+    ctl([{"table": 17, "index": 1, "data": 0}, {"table": 16, "index": 1, "data": 0}])
+    data(q1, 5, 3)                                          # 5 would have fired compensation: disarmed
+    nack(q1, 4, 5)
+    data(q2, 7, 8, 10)
+    ctl(table.remove_qp(2))
+    data(q2, 11)
+    nack(q2, 9, 6)                                          # no QP: passes
+    ctl(table.add_qp(q4.local, q4.remote, q4.local_qpn, q4.remote_qpn, 2))
+    ctl([{"table": 16, "index": 2, "data": 0}])
+    data(q4, 1, 2, 4)
+    nack(q4, 3, 7)                                          # blocked on the new QP 2
+    data(q4, 5)                                             # compensation
+    data(q2, 12)                                            # the old addresses: no QP
+    data(q3, 30, 31)
+    ctl(table.remove_qp(3) + table.add_qp(q3.local, q3.remote, q3.local_qpn, q3.remote_qpn, 5))
+    data(q3, 33)
+    nack(q3, 32, 8)                                         # QP 5, not set up: passes
+    ctl([{"table": 16, "index": p["n_qps"], "data": 0}, {"table": 18, "index": 5, "data": 0},
+         {"table": 16, "index": (1 << 24) - 1, "data": 0}, {"table": 17, "index": (1 << 24) - 1, "data": 0}])
+    data(q3, 34)
+    ctl([{"table": 16, "index": 5, "data": 0}])
+    data(q3, 35, 36, 38)
+    nack(q3, 37, 9)                                         # blocked on QP 5
+    data(q3, 39)                                            # compensation
+    data(q0, 25, 26)
+    ctl([{"table": 17, "index": 0, "data": 0}])             # after the last frame
+    return events, frames
+
+
+def write_test_ctl(name, events, frames, params, note):
+    """A Themis-D test with commands between frames: packets_in.pcap holds the in-band command frames, trace.pcap
+    the frames alone (the input of ``lbpipe replay themis-d-wire trace.pcap --ctl ctl.jsonl``)."""
+    where = HERE / f"test-{name}"
+    where.mkdir(exist_ok=True)
+    write_events(where / "ctl.jsonl", events)
+    (where / "test.json").write_text(json.dumps({"program": "themis_d.p4", "block": "themis-d-wire",
+                                                 "params": params, "note": note, "trace": None}, indent=2) + "\n")
+    commands, inband = themis_d_inband(events, params, frames)
+    write_pcap(where / "trace.pcap", frames)
+    write_pcap(where / "packets_in.pcap", inband)
+    (where / "commands.txt").write_text("".join(c + "\n" for c in commands))
+    write_pcap(where / "packets_out.pcap", themis_d_golden(events, params, frames)[0])
+    sys.stdout.write(f"{where}: {len(frames)} frames, {len(inband) - len(frames)} in-band commands\n")
+
+
 def themis_d_tests():
     """``lbpipe trace themis-d-wire`` traces (closed-loop runs on four QPs with foreign and malformed frames) at
     parameters themis_d.p4 takes."""
@@ -232,6 +363,9 @@ def themis_d_tests():
     cmds, frames = edge_d()
     write_test_d("themis-d-edge", frames, cmds, dict(EDGE_D_PARAMS), "hand-picked frames, N = 2 (make_tests.py edge_d)",
                  None)
+    events, frames = ctl_d()
+    write_test_ctl("themis-d-ctl", events, frames, dict(CTL_D_PARAMS),
+                   "hand-picked frames with commands between them, N = 2 (make_tests.py ctl_d)")
 
 
 def main():
@@ -240,6 +374,8 @@ def main():
     cmds, frames = pcap_trace(2, 120, n_paths=256, depth=256)
     write_test("themis-n256", frames, cmds, 256, "lbpipe trace themis-s-wire --seed 2 -n 120 (N = 256)")
     write_test("themis-edge", edge_frames(), edge_ctl(), 3, "hand-picked frames, N = 3 (make_tests.py)")
+    events, frames = ctl_s()
+    write_test_s_ctl("themis-ctl", events, frames, 4, "PathMap writes between frames, N = 4 (make_tests.py ctl_s)")
     themis_d_tests()
 
 
