@@ -430,6 +430,9 @@ def _replay_between(block, params, args, ctl):
     if block.name not in ("themis-d-wire", "themis-s-wire") or args.engine not in ("golden", "bmv2"):
         raise ValueError("control commands between frames (\"before\") run on themis-d-wire and themis-s-wire "
                          "with --engine golden or bmv2 only")
+    from .engine import check_ctl_events
+    # the same checks as a control file without positions (a bad table, index or data is one line naming the event)
+    check_ctl_events(block, block.resolve(params), [{"ctl": event.get("ctl")} for event in ctl])
     frames = read_pcap(args.trace)
     if args.engine == "golden":
         out = p4.golden_between(block.name, params, ctl, frames)

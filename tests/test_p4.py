@@ -343,6 +343,27 @@ def test_replay_rejects_what_the_program_does_not_model():
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
 
 
+@pytest.mark.parametrize("index", [-5, 1 << 24])
+def test_commands_between_frames_are_checked(tmp_path, index):
+    """A control file with positions ("before") gets the same checks as one without: a negative or too wide index
+    is refused in one line naming the event (24-bit index: the ctl layout, docs/architecture.md), before any frame
+    runs, on the golden engine too (which would otherwise index Python lists with it)."""
+    where = P4 / "sim" / "test-themis-d-ctl"
+    events = read_events(where / "ctl.jsonl")
+    events.append({"ctl": {"table": 1, "index": index, "data": 1}, "before": events[-1]["before"]})
+    bad = tmp_path / "ctl.jsonl"
+    bad.write_text("".join(json.dumps(e) + "\n" for e in events))
+    params = json.loads((where / "test.json").read_text())["params"]
+    args = [f"--param={k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in params.items()]
+    done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-d-wire", str(where / "packets_in.pcap"),
+                           "--ctl", str(bad), "--engine", "golden", "-o", str(tmp_path / "out.pcap"), *args],
+                          capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"event {len(events)}" in last and "index" in last, done.stderr
+    assert not (tmp_path / "out.pcap").exists()
+
+
 @pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine end to end")
 def test_cli_replay_bmv2(tools, tmp_path):
     """``lbpipe replay themis-s-wire IN --engine bmv2`` writes what the golden engine writes (the edge test)."""
