@@ -268,7 +268,7 @@ def test_reset_removes_every_flow():
 
 # -- RTL against the golden model on targeted streams -------------------------------------------------------------
 
-def _stream(seed, n, *, mode, p=P4):
+def _stream(seed, n, *, mode, p=P4, step=100):
     """ACK streams: ``calm`` / ``busy`` (every vector uncongested / congested), ``burst`` (runs of one flow),
     ``all`` (every flow created, round robin and random), ``b2b`` (windows of 0 or 2 ns: nearly every ACK adjusts,
     so same-flow adjustments meet at every forwarding distance), ``wrap`` (``now`` across 2**48)."""
@@ -295,7 +295,7 @@ def _stream(seed, n, *, mode, p=P4):
         else:
             paths = []
             for j in range(k):
-                base = 1000 + 100 * j
+                base = 1000 + step * j
                 paths.append((rng.randrange(3000, 5000) if busy else rng.randrange(200, 1400), base)
                              if rng.random() < 0.8 else None)
         ev.append(_ack(flow, now, paths, tag=n, k=k))
@@ -321,6 +321,73 @@ def test_rtl_streams(mode, idle, bp):
     assert out == gold and stats["errors"] == 0
     if not idle and not bp:
         assert stats["items_per_clock"] == 1.0               # one ACK per clock, same flow back to back too
+
+
+WIDE = [pytest.param(k, v, m, n, marks=[FULL] if full else [])
+        for k, v, m, n, full in ((17, "paper", "burst", 250, False), (17, "sim", "burst", 250, False),
+                                 (32, "paper", "burst", 250, False), (32, "sim", "burst", 250, False),
+                                 (17, "paper", "b2b", 400, True), (32, "sim", "b2b", 400, True),
+                                 (32, "paper", "all", 400, True), (17, "sim", "wrap", 400, True))]
+
+
+@pytest.mark.parametrize("k, variant, mode, n", WIDE)
+def test_rtl_streams_wide(k, variant, mode, n):
+    """k = 17 and 32 (5 comparator-tree levels: congestion and the deadlines are formed in B6's decision, not a
+    register). Regression: the deadline formed there was 49 bits wide, so Cat(next_dec, next_inc) stored next_inc
+    shifted by a bit and every increase after the first missed its window. The stream must hold repeated
+    increases (stage 3 or more) and decreases of a flow after its first, so both deadlines are exercised."""
+    p = dict(P4, k=k, variant=variant)
+    ev = _stream(17, n, mode=mode, p=p, step=20)       # base_val 1000 .. 1620: busy vectors congested for any k
+    gold = run_golden("laps-aimd", p, ev)
+    assert max(o["stage"] for o in gold) >= 3
+    decs = [o["flow"] for o in gold if o["action"] == 2]
+    assert len(decs) > len(set(decs))
+    stats = {}
+    assert run_rtl("laps-aimd", p, ev, stats=stats) == gold and stats["errors"] == 0
+
+
+def _junk_invalid(ev, seed):
+    """The stream with random real_val/base_val (infinity and 0 among them) in every invalid slot."""
+    rng = random.Random(seed)
+    out = []
+    for e in ev:
+        if "item" in e:
+            it = dict(e["item"])
+            for j in range(sum(1 for f in it if f.startswith("valid"))):
+                if not it[f"valid{j}"]:
+                    it[f"real_val{j}"], it[f"base_val{j}"] = (rng.choice([0, 1, INF, rng.randrange(1 << 32)])
+                                                              for _ in range(2))
+            e = {"item": it}
+        out.append(e)
+    return out
+
+
+def test_invalid_slots_ignored_worked_by_hand():
+    """Datasheet: "invalid slots are ignored", whatever they carry. Current a, expected 2a; BUSY (t = 2500 > T =
+    2000, congested) plus an invalid slot of real_val 100, base_val 9000 (counted, it would make t = 100 <= T =
+    9000: an increase, window 200): a decrease (expected a, current a/2). 4,999 ns later the decrease window
+    (2 t = 5000 ns, not 200) has not passed: nothing; at 5,000 ns it has: expected a/2, current a/4."""
+    junk = (100, 9000)
+    ev = _create(1, A, 2 * A)
+    ev += _sp([_ack(1, 10_000, BUSY + [None]), _ack(1, 14_999, BUSY + [None]), _ack(1, 15_000, BUSY + [None])])
+    for e in ev:
+        if "item" in e and e["item"]["tag"] != FILL:
+            e["item"]["real_val2"], e["item"]["base_val2"] = junk
+    want = [(A // 2, A, 0, 2, 1, 1), (A // 2, A, 0, 0, 0, 1), (A // 4, A // 2, 0, 2, 1, 1)]
+    assert _rates(_run(P4, ev)) == want
+    assert _rates(_run(P4, ev, rtl=True)) == want
+
+
+@pytest.mark.parametrize("p, mode", [(P4, "burst"), (S4, "burst"), (dict(P4, k=5), "all"),
+                                     pytest.param(dict(S4, k=17), "burst", marks=FULL)])
+def test_invalid_slots_carrying_values(p, mode):
+    """RTL against the golden model with random real_val/base_val in the invalid slots (each slot invalid with
+    probability 0.2), so a compare or tree choice that lost its valid bit is seen."""
+    ev = _junk_invalid(_stream(23, 300, mode=mode, p=p, step=20), 29)
+    gold = run_golden("laps-aimd", p, ev)
+    acts = [o["action"] for o in gold]
+    assert acts.count(1) > 10 and acts.count(2) > 10
+    assert run_rtl("laps-aimd", p, ev) == gold
 
 
 def test_b2b_stream_meets_the_hold_off_at_every_distance():

@@ -317,7 +317,9 @@ class Aimd(wiring.Component):
             lo = pipe.put(f"dl_{name}_lo", at, src["now"][:_HALF] + w2[:_HALF], _HALF + 1,
                           until=min(at + 1, DECIDE))
             hi = pipe.put(f"dl_{name}_w", at, w2[_HALF:], len(w2) - _HALF, until=at)
-            value = Cat(lo[:_HALF], pipe[at]["now"][_HALF:] + hi + lo[_HALF])
+            # 48 bits: the high half's sum is 25 bits wide, and an untruncated value would shift next_inc
+            # by a bit in Cat(dl_dec, dl_inc) when the deadline is formed in B6's decision (k >= 17)
+            value = Cat(lo[:_HALF], pipe[at]["now"][_HALF:] + hi + lo[_HALF])[:TIME_BITS]
             if at + 1 <= DECIDE:
                 pipe.put(f"dl_{name}", at + 1, value, TIME_BITS)
             else:
