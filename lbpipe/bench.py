@@ -196,6 +196,25 @@ def _flb_cnm_events(params, n=2000):
     return events
 
 
+def _flb_isolate_events(params, n=2000):
+    """Congestion CNMs isolating up to n_slots of 64 flows to 4 destinations, then one packet every clock of all 64
+    flows (isolated ones included), a release and a new congestion CNM every 250 packets (each takes a clock)."""
+    import random
+    rng = random.Random(1)
+    nd = min(4, params["n_dests"])
+    flows = [(rng.randrange(params["n_flows"]), rng.randrange(nd)) for _ in range(64)]
+    mod = 1 << params["time_bits"]
+    events = [{"upd": {"flow": f, "dest": d, "n": rng.randrange(1, 9), "cong": 1, "now": 0}}
+              for f, d in flows[:params["n_slots"]]]
+    for t in range(n):
+        if t % 250 == 249:
+            f, d = flows[(t // 250) % params["n_slots"]]
+            events.append({"upd": {"flow": f, "dest": d, "n": 2, "cong": (t // 250) % 2, "now": t % mod}})
+        f, d = flows[t % 64]
+        events.append({"item": {"flow": f, "dest": d, "now": t % mod, "tag": t & 0xFFFF}})
+    return events
+
+
 def _selb_cluster_sustained(params, n=6000, period=1500):
     """One lookup and one queue sample every clock (the sample and the lookup of a clock share a group), paths in
     four queue levels drifting, a tick every ``period`` clocks (above the engine's worst case at the defaults, so
@@ -257,6 +276,8 @@ BENCHES = {
     "flb-route": [("one packet every clock, 64 flows to 4 destinations", lambda p: (p, _flb_route_packets(p)))],
     "flb-owd": [("one packet every clock, samples and reverse packets of 4 edges", lambda p: (p, _flb_owd_packets(p)))],
     "flb-cnm": [("one queue event every clock, every port crossing K together", lambda p: (p, _flb_cnm_events(p)))],
+    "flb-isolate": [("one packet every clock, 64 flows to 4 destinations, 8 isolated, a CNM every 250",
+                     lambda p: (p, _flb_isolate_events(p)))],
     "selb-cluster": [("one lookup + one queue sample every clock, a tick every 1,500 clocks",
                       lambda p: (p, _selb_cluster_sustained(p)))],
     "themis-d": [

@@ -46,6 +46,8 @@ SCALE = {
     "flb-route": ({"n_flows": lambda n: n}, SIZES),
     # n bases: n / 8 source edges of 8 paths (n_edges at most 1,024).
     "flb-owd": ({"n_edges": lambda n: n // 8}, (1024, 4096, 8192)),
+    # The isolation table is n_slots registers whatever n_flows: only the flow field widens with it.
+    "flb-isolate": ({"n_flows": lambda n: n}, SIZES),
 }
 
 

@@ -38,6 +38,7 @@ DATASHEET_LATENCY = {
     "flb-route": 7,         # docs/flb_route.md: "7 cycles"
     "flb-owd": 4,           # docs/flb_owd.md: "4 cycles"
     "flb-cnm": 6,           # docs/flb_cnm.md: "6 cycles"
+    "flb-isolate": 6,       # docs/flb_isolate.md: "6 cycles"
     "selb-cluster": 2,      # docs/selb_cluster.md: "2 cycles"
 }
 
@@ -59,6 +60,7 @@ DATASHEET_LEVELS = {
     "flb-route": 6,         # docs/flb_route.md: 6, core and top
     "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
     "flb-cnm": 5,           # docs/flb_cnm.md: 5, core and top
+    "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
 }
 

@@ -1,7 +1,8 @@
 """Registry entries of FLB (paper 002; datasheet docs/flb_route.md): the source edge switch's per-packet path
 decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2); and the destination
 edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md) and congestion detection (CNM,
-sections 3.2, 3.3; docs/flb_cnm.md)."""
+sections 3.2, 3.3; docs/flb_cnm.md); and the source edge switch's congested-flow isolation table (sections 3.2, 3.3;
+docs/flb_isolate.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -152,4 +153,52 @@ BLOCKS.append(Block(
     doc="docs/flb_cnm.md",
     paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12% (the queue-size SRAM is not broken out)"},
     report_extra=_cnm_extra,
+))
+
+# -- source-side congested-flow isolation (flb-isolate) ----------------------------------------------------------------
+
+
+def _isolate_extra(params, component):
+    fb = max(1, (params["n_flows"] - 1).bit_length())
+    db = max(1, (params["n_dests"] - 1).bit_length())
+    per_slot = 1 + fb + db + 10 + params["time_bits"]
+    return {
+        "State": f"registers, no memory: {params['n_slots']} slots x {per_slot} bit (valid, {fb}-bit flow, {db}-bit "
+                 f"destination, 10-bit weight 840/n, {params['time_bits']}-bit stamp)",
+        "Latency": f"{component.latency} cycles, one packet or CNM per clock (back-to-back events of one flow "
+                   f"included)",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-isolate",
+    summary="FLB source edge switch: isolation table of congested flows from CNMs (upd), released by a "
+            "non-congestion CNM or a timeout; per packet whether its flow is isolated, its isolation path, and the "
+            "destination's isolated-path set (the top ceil(sum C/n / C) paths)",
+    paper_ref="FLB, sections 3.2, 3.3",
+    params=[
+        Param("n_flows", 65536, "flow index range (flb-route's key), 2 to 2**20"),
+        Param("n_dests", 16, "destination edge switches, 1 to 4,096"),
+        Param("n_paths", 8, "paths per destination, 2 to 16"),
+        Param("n_slots", 8, "isolated flows held at once, 1 to 8"),
+        Param("time_bits", 16, "width of the timer's ticks (flb-route's), 4 to 32"),
+        Param("timeout", 4096, "ticks of inactivity after which an isolated flow is released (paper: 1 ms)"),
+    ],
+    build=load("lbpipe.hdl.flb.isolate:Isolate"),
+    golden=load("lbpipe.sim.flb.isolate:Isolate"),
+    test_params=[
+        dict(n_flows=16, n_dests=3, n_paths=4, n_slots=4, time_bits=8, timeout=40),
+        dict(n_flows=12, n_dests=5, n_paths=5, n_slots=3, time_bits=6, timeout=20),
+        dict(n_flows=64, n_dests=2, n_paths=8, n_slots=8, time_bits=10, timeout=300),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
+        n_slots=rng.randrange(1, 9), time_bits=tb, timeout=rng.randrange(1, 1 << tb)))(rng.randrange(4, 17)),
+    tb_module="lbpipe.tb.flb.test_isolate",
+    trace="lbpipe.sim.flb.isolate:isolate_trace",
+    streams=("upd",),
+    doc="docs/flb_isolate.md",
+    paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12% (the isolation table is not broken out)"},
+    report_extra=_isolate_extra,
 ))

@@ -1,0 +1,282 @@
+"""FLB source-side isolation table (flb-isolate): signature and parameters, a hand-worked sequence (isolation, the
+number of isolation paths from the converged rates, which path each flow takes, the table full, stale and forged
+CNMs, a refresh changing n, timeouts across the timer's wrap, a CNM and a packet of one flow in the same clock) on the
+re-derivation, the golden model and the RTL, with the counters; the golden model and the RTL (idle input,
+back-pressure, CNM storms) against an independent re-derivation written here.
+
+Expected values come from the hand-worked comments or from :func:`rederive` below, written from the paper's
+sections 3.2 and 3.3 and the datasheet's choices, never from lbpipe.sim.flb."""
+
+import os
+
+import pytest
+
+from lbpipe.engine import run_golden, run_rtl
+from lbpipe.hdl.flb.isolate import Isolate as IsolateRTL
+from lbpipe.sim.flb.isolate import isolate_trace
+
+FULL = os.environ.get("LBPIPE_FULL") == "1"
+
+P = dict(n_flows=12, n_dests=3, n_paths=4, n_slots=3, time_bits=6, timeout=20)
+
+
+def _pkt(flow, dest, now):
+    return {"item": {"flow": flow, "dest": dest, "now": now, "tag": 0}}
+
+
+def _cnm(flow, dest, n, cong, now):
+    return {"upd": {"flow": flow, "dest": dest, "n": n, "cong": cong, "now": now}}
+
+
+# -- the independent re-derivation -------------------------------------------------------------------------------------
+
+def rederive(events, *, n_flows, n_dests, n_paths, n_slots, time_bits, timeout):
+    """Sections 3.2 and 3.3 per event, with ``table = {slot: [flow, dest, n, last]}``: an entry whose last packet
+    or CNM lies ``timeout`` ticks or more behind the event's tick (mod ``2**time_bits``) leaves first; a congestion
+    CNM takes the lowest free slot (or renews its own entry's ``n`` and time), a non-congestion CNM removes the
+    flow's entry; per destination, ``k`` = the converged rates summed (each flow C/n; counted in C/2520) over C,
+    rounded up, at most ``n_paths - 1``, the top ``k`` paths; an isolated flow in slot s takes path
+    ``n_paths - 1 - s mod k``. Returns ``[(ok, isolated, path, mask)]`` per packet and the counters
+    ``[isolated packets, congestion, release, timeouts, full, forged, stale, rejected]``."""
+    wrap = 2 ** time_bits
+    table, out, cnt = {}, [], [0] * 8
+    for e in events:
+        if "ctl" in e:
+            continue
+        ev = e.get("upd") or e["item"]
+        t = ev["now"]
+        for s in [s for s, ent in table.items() if (t - ent[3] + wrap) % wrap >= timeout]:
+            del table[s]
+            cnt[3] += 1
+        where = {ent[0]: s for s, ent in table.items()}
+        bad = ev["flow"] >= n_flows or ev["dest"] >= n_dests
+        if "upd" in e:
+            if bad or (ev["cong"] and ev["n"] not in range(1, 9)):
+                cnt[5] += 1
+                continue
+            s = where.get(ev["flow"])
+            same = s is not None and table[s][1] == ev["dest"]
+            if not ev["cong"]:
+                if same:
+                    del table[s]
+                    cnt[2] += 1
+                else:
+                    cnt[6] += 1
+            elif same:
+                table[s][2:] = [ev["n"], t]
+                cnt[1] += 1
+            elif s is not None:
+                cnt[6] += 1
+            elif len(table) < n_slots:
+                table[min(set(range(n_slots)) - set(table))] = [ev["flow"], ev["dest"], ev["n"], t]
+                cnt[1] += 1
+            else:
+                cnt[4] += 1
+            continue
+        if bad:
+            out.append((0, 0, 0, 0))
+            cnt[7] += 1
+            continue
+        units = sum(2520 // ent[2] for ent in table.values() if ent[1] == ev["dest"])
+        k = min(n_paths - 1, (units + 2519) // 2520)
+        mask = int("1" * k + "0" * (n_paths - k), 2)
+        s = where.get(ev["flow"])
+        if s is not None and table[s][1] == ev["dest"]:
+            table[s][3] = t
+            out.append((1, 1, n_paths - 1 - s % k, mask))
+            cnt[0] += 1
+        else:
+            out.append((1, 0, 0, mask))
+    return out, cnt
+
+
+def _fields(outputs):
+    return [(o["ok"], o["isolated"], o["path"], o["mask"]) for o in outputs]
+
+
+# -- the hand-worked sequence ------------------------------------------------------------------------------------------
+
+def hand_worked():
+    """Events and expected (ok, isolated, path, mask) per packet, worked by hand (P: 4 paths, so the isolation
+    paths are 3, then 3 and 2, then 3, 2, 1; 3 slots; 6-bit timer, timeout 20); and the expected counters."""
+    ev, want = [], []
+    ev += [_pkt(1, 0, 0)]; want += [(1, 0, 0, 0)]           # 1 nothing isolated
+    ev += [_cnm(1, 0, 2, 1, 1)]                             # 2 f1 -> slot 0, C/2
+    ev += [_pkt(1, 0, 2)]; want += [(1, 1, 3, 0b1000)]      # 3 k = ceil(1/2) = 1: path 3
+    ev += [_pkt(2, 0, 3)]; want += [(1, 0, 0, 0b1000)]      # 4 f2 not isolated, sees the set
+    ev += [_cnm(2, 0, 2, 1, 3)]                             # 5 f2 -> slot 1: 1/2 + 1/2 = 1
+    ev += [_pkt(2, 0, 4)]; want += [(1, 1, 3, 0b1000)]      # 6 k 1: 3 - 1 mod 1 = 3
+    ev += [_cnm(3, 0, 4, 1, 5)]                             # 7 f3 -> slot 2: 1.25: k 2
+    ev += [_pkt(3, 0, 5)]; want += [(1, 1, 3, 0b1100)]      # 8 3 - 2 mod 2 = 3
+    ev += [_pkt(2, 0, 6)]; want += [(1, 1, 2, 0b1100)]      # 9 3 - 1 mod 2 = 2
+    ev += [_cnm(4, 1, 1, 1, 6)]                             # 10 table full: counted
+    ev += [{"ctl": {"table": 0, "index": 1, "data": 5}}]    # ignored
+    ev += [_pkt(4, 1, 7)]; want += [(1, 0, 0, 0)]           # 11 d1: nothing
+    ev += [_cnm(1, 1, 0, 0, 7)]                             # 12 release naming d1, f1 is d0's: stale
+    ev += [_cnm(1, 0, 5, 0, 8)]                             # 13 release f1 (n ignored): 0.75, k 1
+    ev += [_pkt(1, 0, 8)]; want += [(1, 0, 0, 0b1000)]      # 14
+    ev += [_cnm(4, 1, 1, 1, 9)]                             # 15 f4 -> slot 0 (d1), C
+    ev += [_pkt(4, 1, 9)]; want += [(1, 1, 3, 0b1000)]      # 16 d1: k 1
+    ev += [_cnm(3, 0, 1, 1, 10)]                            # 17 refresh f3: n 4 -> 1: 1/2 + 1 = 1.5, k 2
+    ev += [_pkt(2, 0, 10)]; want += [(1, 1, 2, 0b1100)]     # 18 f2 slot 1: 3 - 1 = 2
+    ev += [_cnm(5, 0, 0, 1, 10), _cnm(5, 3, 2, 1, 10), _cnm(5, 0, 9, 1, 10), _cnm(13, 0, 1, 1, 10)]  # 19 forged x4
+    ev += [_pkt(2, 3, 11)]; want += [(0, 0, 0, 0)]          # 20 dest 3 of 3: rejected
+    ev += [_cnm(2, 2, 2, 1, 11)]                            # 21 congestion for f2 naming d2: stale
+    ev += [_pkt(2, 0, 29)]; want += [(1, 1, 2, 0b1100)]     # 22 f4 (last 9) ages out; f3 (10) and f2 stay
+    ev += [_pkt(4, 1, 29)]; want += [(1, 0, 0, 0)]          # 23 f4 gone
+    ev += [_pkt(1, 0, 30)]; want += [(1, 0, 0, 0b1000)]     # 24 f3 ages out: f2 alone, k 1
+    ev += [_pkt(2, 0, 48)]; want += [(1, 1, 3, 0b1000)]     # 25 f2 age 19
+    ev += [_pkt(2, 0, 3)]; want += [(1, 1, 3, 0b1000)]      # 26 across the wrap: (3 - 48) mod 64 = 19
+    ev += [_pkt(1, 0, 23)]; want += [(1, 0, 0, 0)]          # 27 f2 age 20: out
+    ev += [_cnm(6, 2, 3, 1, 23), _pkt(6, 2, 23)]; want += [(1, 1, 3, 0b1000)]   # 28 same clock: CNM first
+    ev += [_cnm(6, 2, 3, 0, 24), _pkt(6, 2, 24)]; want += [(1, 0, 0, 0)]        # 29 released in the same clock
+    ev += [_cnm(7, 1, 1, 1, 25), _cnm(8, 1, 1, 1, 25), _cnm(9, 1, 1, 1, 25)]    # 30 three flows at C to d1
+    ev += [_pkt(9, 1, 26)]; want += [(1, 1, 1, 0b1110)]     # 31 k 3: f9 slot 2, 3 - 2 mod 3 = 1
+    ev += [_pkt(8, 1, 26)]; want += [(1, 1, 2, 0b1110)]     # 32 f8 slot 1: 2
+    # isolated 3 6 8 9 16 18 22 25 26 28 31 32; congestion 2 5 7 15 17 28 30x3; release 13 29; timeouts 22 24 27;
+    # full 10; forged 19 x4; stale 12 21; rejected 20
+    return ev, want, [12, 9, 2, 3, 1, 4, 2, 1]
+
+
+def test_hand_worked_on_the_rederivation_and_the_golden_model():
+    ev, want, counts = hand_worked()
+    got, n = rederive(ev, **P)
+    assert got == want and n == counts
+    out = run_golden("flb-isolate", P, ev)
+    assert _fields(out) == want
+
+
+def test_hand_worked_golden_counters():
+    from lbpipe.sim.flb.isolate import Isolate
+    ev, _, counts = hand_worked()
+    model = Isolate(**P)
+    for e in ev:
+        if "upd" in e:
+            model.process_stream("upd", e["upd"])
+        elif "item" in e:
+            model.process(e["item"])
+    assert model.stats() == counts
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.4, 0.5)])
+def test_rtl_hand_worked(idle, backpressure):
+    """Back to back (no idle): consecutive events of one flow go through the table in turn."""
+    ev, want, counts = hand_worked()
+    stats = {}
+    out = run_rtl("flb-isolate", P, ev, idle=idle, backpressure=backpressure, seed=2, compare=False, stats=stats)
+    bad = [(n, w, g) for n, (w, g) in enumerate(zip(want, _fields(out))) if w != g]
+    assert len(out) == len(want) and not bad, bad[:4]
+    assert stats["counters"] == counts
+
+
+# -- signature and parameters ------------------------------------------------------------------------------------------
+
+def test_signature():
+    dut = IsolateRTL(**P)
+    dut._MustUse__silence = True
+    members = dut.signature.members
+    assert set(members) == {"i", "upd", "o", "ctl", "stats"}
+    item = members["i"].signature.members["payload"].shape
+    upd = members["upd"].signature.members["payload"].shape
+    res = members["o"].signature.members["payload"].shape
+    # 12 flows: 4 bits; 3 dests: 2 bits; 6-bit timer; 4 paths: path 2 bits, mask 4 bits; n 0..15: 4 bits
+    assert [(n, f.width) for n, f in item] == [("flow", 4), ("dest", 2), ("now", 6), ("tag", 16)]
+    assert [(n, f.width) for n, f in upd] == [("flow", 4), ("dest", 2), ("n", 4), ("cong", 1), ("now", 6)]
+    assert [(n, f.width) for n, f in res] == [("flow", 4), ("dest", 2), ("now", 6), ("tag", 16), ("ok", 1),
+                                              ("isolated", 1), ("path", 2), ("mask", 4), ("held", 1)]
+    assert members["stats"].shape == 8 * 32
+    assert dut.latency == 6
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    (dict(n_flows=1), ValueError), (dict(n_flows=(1 << 20) + 1), ValueError), (dict(n_dests=0), ValueError),
+    (dict(n_dests=4097), ValueError), (dict(n_paths=1), ValueError), (dict(n_paths=17), ValueError),
+    (dict(n_slots=0), ValueError), (dict(n_slots=9), ValueError), (dict(time_bits=3), ValueError),
+    (dict(time_bits=33), ValueError), (dict(timeout=0), ValueError), (dict(time_bits=8, timeout=256), ValueError),
+    (dict(n_paths=2.0), TypeError), (dict(timeout=True), TypeError),
+])
+def test_bad_parameters(kwargs, exc):
+    with pytest.raises(exc):
+        IsolateRTL(**kwargs)
+
+
+# -- random traces and storms ------------------------------------------------------------------------------------------
+
+PARAMS = [P, dict(n_flows=11, n_dests=5, n_paths=5, n_slots=4, time_bits=8, timeout=60),
+          dict(n_flows=64, n_dests=2, n_paths=8, n_slots=8, time_bits=10, timeout=300)]
+
+
+def storm(params, n_items, seed=0):
+    """Bursts of congestion CNMs (n 1 to 8) for many flows of one destination, each answered by packets of every
+    flow back to back, then the releases, the timer nearly still (no timeouts): the table fills, k climbs to its
+    cap and falls."""
+    import random
+    rng = random.Random(seed)
+    nf, nd, wrap = params["n_flows"], params["n_dests"], 1 << params["time_bits"]
+    ev, sent, now = [], 0, 0
+    while sent < n_items:
+        d = rng.randrange(nd)
+        flows = rng.sample(range(nf), min(nf, params["n_slots"] + 2))
+        for cong in (1, 0):
+            for f in flows:
+                ev.append(_cnm(f, d, rng.choice([1, 1, 1, 1, 2, 8]), cong, now))
+                ev.append(_pkt(flows[rng.randrange(len(flows))], d, now))
+                sent += 1
+            for f in flows:
+                ev.append(_pkt(f, d, now))
+                sent += 1
+            now = (now + 1) % wrap
+    return ev
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_golden_matches_the_rederivation(seed):
+    params = PARAMS[seed % 3]
+    ev = isolate_trace(seed, 2000, **params) + storm(params, 300, seed)
+    out = run_golden("flb-isolate", params, ev)
+    assert _fields(out) == rederive(ev, **params)[0]
+
+
+def test_trace_exercises_every_outcome():
+    """The random trace and the storm reach what the hand-worked case does (k above 1 included)."""
+    for params in PARAMS:
+        ev = isolate_trace(3, 2000, **params)
+        out, n = rederive(ev, **params)
+        forgeable = params["n_flows"] & (params["n_flows"] - 1) or params["n_dests"] & (params["n_dests"] - 1)
+        assert min(n[:4]) > 5 and n[4] > 0 and min(n[5:7]) > 5 and (n[7] > 5 or not forgeable), n
+        assert max(bin(o[3]).count("1") for o in out) >= 2
+        out, n = rederive(storm(params, 300), **params)
+        assert n[1] > 40 and n[2] > 20 and n[4] > 10, n
+        assert max(bin(o[3]).count("1") for o in out) == min(params["n_paths"] - 1, params["n_slots"])
+
+
+@pytest.mark.parametrize("params", PARAMS[:2], ids=["P", "p5"])
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_rtl_against_the_rederivation(params, idle, backpressure):
+    ev = isolate_trace(11, 500, **params) + storm(params, 200, seed=1)
+    stats = {}
+    out = run_rtl("flb-isolate", params, ev, idle=idle, backpressure=backpressure, seed=5, compare=False,
+                  stats=stats)
+    want, counts = rederive(ev, **params)
+    bad = [n for n, (w, g) in enumerate(zip(want, _fields(out))) if w != g]
+    assert len(out) == len(want) and not bad, bad[:4]
+    assert stats["counters"] == counts
+
+
+def test_one_packet_per_clock():
+    """Packets only (a CNM takes a packet's clock): every packet taken back to back."""
+    ev = [e for e in storm(P, 300, seed=2)]
+    pk = [e for e in ev if "item" in e]
+    stats = {}
+    out = run_rtl("flb-isolate", P, pk, compare=False, stats=stats)
+    assert _fields(out) == rederive(pk, **P)[0]
+    assert len(out) == len(pk) and stats["items_per_clock"] == 1.0
+
+
+@pytest.mark.skipif(not FULL, reason="LBPIPE_FULL=1")
+@pytest.mark.parametrize("seed", range(4))
+def test_rtl_long(seed):
+    params = PARAMS[seed % 3]
+    ev = isolate_trace(100 + seed, 4000, **params) + storm(params, 1000, seed=seed)
+    out = run_rtl("flb-isolate", params, ev, idle=0.2, backpressure=0.3, seed=seed, compare=False)
+    assert _fields(out) == rederive(ev, **params)[0]
