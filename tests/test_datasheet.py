@@ -49,7 +49,7 @@ DATASHEET_LEVELS = {
     "laps-pst": 4, "laps-pit": 6, "laps-softmax": 4,
     "laps-aimd": 6,
     "laps-pacer": 6,
-    "laps-loss": 6,
+    "laps-loss": 5,         # docs/laps_loss.md: 5 core, 6 top
     "pro-rr": 5,
     "pro-ooo": 6,
     "pro-nak": 5,

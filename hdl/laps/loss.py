@@ -29,13 +29,17 @@ sweep visit to p at or after the deadline declares every outstanding entry of p 
 Pipeline (banks b0 .. b12, all moved by one ``adv``; latency 13)::
 
     accept: tail read (send)   -> b1 tail RMW (fwd b2, b3): write tail, ring lane, deadline; read word/tail/deadline
-    b3 lane compares, evicted lane, deadline halves -> b4 age order -> b5 newest match; head read -> b6 m = tail-1-a
-    b7 head RMW (fwd b8, b9): fresh, fire, write head -> b8 outstanding; head read (send) -> b9 count, first lane
+    b3 lane compares, evicted lane, deadline halves -> b4 age order; head read -> b5 newest match
+    b6 m = tail-1-a, head from memory or b8/b9 (two, three slots ahead), relation to b7 -> b7 head RMW (fwd b8):
+    fresh, lagging, write head -> b8 outstanding; head read (send) -> b9 count, first lane
     b10 rotate low bits, eviction test -> b11 rotate high bits, mask -> b12 result (registers) -> o
 
 Every cross-read is placed after the writes of all earlier slots (the ring word, tail and deadline are read at b1,
 where sends write them; the eviction test reads the head at b8, after b7 writes it), so results never depend on
-idle cycles; the two read-modify-write loops (tail at b1, head at b7) forward the two slots ahead.
+idle cycles. The tail loop (b1) forwards the two slots ahead. The head loop forwards three: the slots two and three
+ahead into a register at b6, and the slot one ahead at b7 without a carry chain in the loop (its new head is m' + 1,
+its tail T', T' - depth or the head it kept; with T = T' + (its send on q) the compares against the first three are
+on small numbers, worked out at b6).
 """
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
@@ -272,7 +276,7 @@ class Loss(wiring.Component):
         nb = pipe.put("dl_nb", 4, lo[_HALF], 1, until=4)
         s0 = pipe.put("dl_s0", 4, (now[_HALF:] - sdl[_HALF:])[TIME_BITS - _HALF - 1], 1, until=4)
         s1 = pipe.put("dl_s1", 4, (now[_HALF:] + ~sdl[_HALF:])[TIME_BITS - _HALF - 1], 1, until=4)
-        pipe.put("passed", 5, ~Mux(nb, s0, s1), 1, until=7)
+        pipe.put("passed", 5, ~Mux(nb, s0, s1), 1, until=6)
 
     def _age_order(self, pipe):
         """b4 -> b5: the lane matches in age order (age 0 = the newest send, lane tail - 1)."""
@@ -283,10 +287,15 @@ class Loss(wiring.Component):
         pipe.put("eq_age", 5, (Cat(rev, rev) >> b4["sh"])[:L], L, until=5)
 
     def _newest(self, m, pipe, adv):
-        """b5 -> b6: the newest match's age (priority encoder); the head read for q issued. b6 -> b7: its position
-        m = tail - 1 - age and m + 1; tail - depth; the head forwarding selects."""
+        """b5 -> b6: the newest match's age (priority encoder); the head read for q issued at b4 lands in b6, and
+        whether the slots two and three ahead (b7, b8) act on q. b6 -> b7: m = tail - 1 - age; the new head if the
+        slot moves it to m + 1 or the tail (``h_jump``); tail - depth; the head from memory or from the slots two or
+        three ahead (``h_far``); and the relation to the slot one ahead (b7) on q, worked out on small numbers
+        because its new head is only known at the end of this clock (see ``_head_rmw``)."""
         L, lb = self._L, self._lb
-        b5, b6, b7, b8 = pipe[5], pipe[6], pipe[7], pipe[8]
+        b4, b5, b6, b7, b8, b9 = (pipe[k] for k in range(4, 10))
+        self._new = Signal(POS_BITS, name="b7_head_new")       # driven in _head_rmw
+        pipe.put("h_new", 8, self._new, POS_BITS, until=9)
         e = b5["eq_age"]
         age = Const(0, lb)
         for j in reversed(range(L)):
@@ -294,40 +303,62 @@ class Loss(wiring.Component):
         pipe.put("found", 6, e != 0, 1, until=7)
         pipe.put("age", 6, age, lb, until=9)
         self._rd_h = self._head.read_port()
-        m.d.comb += [self._rd_h.addr.eq(b5["q"]), self._rd_h.en.eq(adv)]
+        m.d.comb += [self._rd_h.addr.eq(b4["q"]), self._rd_h.en.eq(adv)]
+        h_rd = pipe.put("h_rd", 6, self._rd_h.data, POS_BITS, until=6)
+        pipe.put("h_fw2", 6, b7["v"] & (b7["q"] == b5["q"]), 1, until=6)
+        pipe.put("h_fw3", 6, b8["v"] & (b8["q"] == b5["q"]), 1, until=6)
         t_e = b6["tail_e"]
+        a_ok6 = b6["a_ok"]
+        fire6 = ~a_ok6 & b6["passed"]
         pipe.put("m", 7, t_e + ~Cat(b6["age"], Const(0, POS_BITS - lb)), POS_BITS, until=7)
-        pipe.put("m1", 7, t_e - b6["age"], POS_BITS, until=7)
+        pipe.put("h_jump", 7, Mux(fire6, t_e, t_e - b6["age"]), POS_BITS, until=7)
         pipe.put("t_less", 7, t_e - L, POS_BITS, until=7)
+        pipe.put("fire", 7, fire6, 1, until=9)
+        pipe.put("af", 7, a_ok6 & b6["found"], 1, until=7)
+        pipe.put("h_far", 7, Mux(b6["h_fw2"], b8["h_new"], Mux(b6["h_fw3"], b9["h_new"], h_rd)), POS_BITS, until=7)
         pipe.put("h_fw1", 7, b7["v"] & (b7["q"] == b6["q"]), 1, until=7)
-        pipe.put("h_fw2", 7, b8["v"] & (b8["q"] == b6["q"]), 1, until=7)
+        # The slot one ahead (b7) on the same path read tail T' and this one T = T' + d (d = 1 when its send was on
+        # q), so against each head it can leave the compares are small: m - (T' - a') = d - 1 - a + a',
+        # m - T' = d - 1 - a, m - (T' - depth) >= 0 (before: a' + d <= a; d = 1 and a = 0 not before; never).
+        d = t_e[0] ^ b7["tail_e"][0]
+        a, a1 = b6["age"], b7["age"]
+        pipe.put("rel_b_fresh", 7, (a1 + d) <= a, 1, until=7)
+        pipe.put("rel_b_fire", 7, ~(d & (a == 0)), 1, until=7)
 
     def _head_rmw(self, m, pipe, adv):
-        """b7: the head of q (memory, or the A-operation of the same path one or two slots ahead: b8, b9); fresh
-        (an ACK whose match is at or after the head), fire (a timer check at or past the deadline); the new head:
-        m + 1, the tail, or the head moved up to tail - depth if it lags (every A-operation keeps head within
-        depth of the tail); written back. Each compare is its own carry chain against each head source, so the
-        forwarding mux comes after them."""
-        b7, b8, b9 = pipe[7], pipe[8], pipe[9]
-        h_rd = pipe.put("h_rd", 7, self._rd_h.data, POS_BITS, until=7)
-        new = Signal(POS_BITS, name="b7_head_new")
-        pipe.put("h_new", 8, new, POS_BITS, until=9)
-        f1, f2 = b7["h_fw1"], b7["h_fw2"]
-        srcs = (b8["h_new"], b9["h_new"], h_rd)
-
-        def pick(vals):
-            return Mux(f1, vals[0], Mux(f2, vals[1], vals[2]))
-        before = pick([_sign(b7["m"] - h) for h in srcs])        # m before the head: not fresh
-        lagging = pick([~_sign(b7["t_less"] - h) for h in srcs])  # head at or before tail - depth
+        """b7: the head of q and the new head, written back. The head is the new head of the slot one ahead (b8)
+        if it acted on q, else ``h_far`` (registered at b6 from memory or the slots two or three ahead). Fresh (an
+        ACK whose match is at or after the head) and lagging (head at or before tail - depth) compare m and
+        tail - depth with the head: against ``h_far``, and against the head b8 kept, each is a carry chain from
+        registers; when b8 moved the head (to m' + 1, its tail or its tail - depth) the answer is the small-number
+        relation registered at b6. So the new head (m + 1 or the tail: ``h_jump``; tail - depth; the head) is one
+        LUT after those bits, and the loop from b8's new head back to itself is two LUTs."""
+        b7, b8 = pipe[7], pipe[8]
         head = Signal(POS_BITS, name="b7_head")
-        m.d.comb += head.eq(pick(srcs))
         fresh = Signal(name="b7_fresh")
-        fire = Signal(name="b7_fire")
-        m.d.comb += [fresh.eq(b7["a_ok"] & b7["found"] & ~before), fire.eq(~b7["a_ok"] & b7["passed"])]
-        m.d.comb += new.eq(Mux(fresh, b7["m1"], Mux(fire, b7["tail_e"], Mux(lagging, b7["t_less"], head))))
-        pipe.put("head", 8, head, POS_BITS, until=8)
+        lagging = Signal(name="b7_lagging")
+        fire, new = b7["fire"], self._new
+        pipe.put("moved", 8, fresh | fire | lagging, 1, until=8)
+        pipe.put("head", 8, head, POS_BITS, until=9)
         pipe.put("fresh", 8, fresh, 1, until=9)
-        pipe.put("fire", 8, fire, 1, until=9)
+        f1 = b7["h_fw1"]
+        h_far, h8 = b7["h_far"], b8["h_new"]
+        fresh8, fire8, moved8 = b8["fresh"], b8["fire"], b8["moved"]
+        rel_b = Mux(fresh8, b7["rel_b_fresh"], fire8 & b7["rel_b_fire"])
+        # After a fresh b8, tail - depth - (T' - a') = d - depth + a' <= 0: lagging only when equal, where moving
+        # the head to tail - depth leaves it where it is; so lagging is taken as 0 there.
+        rel_l = ~fresh8 & ~fire8
+        # Written so that the last LUT of ``jump`` has six inputs: the two carry-chain bits and four early ones.
+        early = fire | (f1 & moved8 & b7["af"] & ~rel_b)
+        fresh_k = f1 & ~moved8 & ~_sign(b7["m"] - b8["head"])
+        fresh_f = ~f1 & ~_sign(b7["m"] - h_far)
+        jump = Signal(name="b7_jump")
+        m.d.comb += jump.eq(early | (b7["af"] & (fresh_k | fresh_f)))
+        m.d.comb += lagging.eq(Mux(f1, Mux(moved8, rel_l, ~_sign(b7["t_less"] - b8["head"])),
+                                   ~_sign(b7["t_less"] - h_far)))
+        m.d.comb += head.eq(Mux(f1, h8, h_far))
+        m.d.comb += fresh.eq(jump & ~fire)
+        m.d.comb += new.eq(Mux(jump, b7["h_jump"], Mux(lagging, b7["t_less"], head)))
         pipe.put("ack", 8, Mux(b7["a_v"] & ~b7["a_ok"], ACK_BAD_PID,
                                Mux(~b7["a_ok"], ACK_NONE,
                                    Mux(fresh, ACK_MATCHED, Mux(b7["found"], ACK_STALE, ACK_UNKNOWN)))), 3)
@@ -338,16 +369,19 @@ class Loss(wiring.Component):
 
     def _count(self, pipe):
         """b8: outstanding = tail - head; b9: n = min(outstanding, depth); the entries declared (fresh: n - age - 1,
-        fire: n) and the lane of the oldest."""
+        fire: n) and the lane of the oldest (tail - n: the tail's lane when n = depth, else the head's), each
+        worked out for both cases of n in parallel."""
         L, lb = self._L, self._lb
         b8 = pipe[8]
         pipe.put("d", 9, b8["tail_e"] - b8["head"], POS_BITS, until=9)
         b9 = pipe[9]
-        d = b9["d"]
-        n_out = Mux(d[lb:] != 0, L, d[:lb])
-        cnt = Mux(b9["fresh"], n_out - b9["age"] - 1, Mux(b9["fire"], n_out, 0))
+        d, age = b9["d"], b9["age"]
+        big = d[lb:] != 0                       # n = depth; else n = d, and tail - n = head (mod depth)
+        n_out = Mux(big, L, d[:lb])
+        fresh_cnt = Mux(big, L - 1 - age, d[:lb] - age - 1)
+        cnt = Mux(b9["fresh"], fresh_cnt, Mux(b9["fire"], n_out, 0))
         pipe.put("count", 10, cnt[:lb + 1], lb + 1)
-        pipe.put("first", 10, (b9["tail_e"][:lb] - n_out)[:lb], lb, until=10)
+        pipe.put("first", 10, Mux(big, b9["tail_e"][:lb], b9["head"][:lb]), lb, until=10)
         pipe.put("lost_ack", 10, b9["fresh"], 1)
 
     def _ordered(self, pipe):
