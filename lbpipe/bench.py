@@ -215,6 +215,13 @@ def _flb_isolate_events(params, n=2000):
     return events
 
 
+def _selb_reroute_packets(params, n=3000):
+    """One packet every clock from the block's seeded trace (a few flows, often back to back, cluster fields as
+    selb-cluster would give them), its ignored commands dropped so nothing drains the pipeline."""
+    from lbpipe.sim.selb.reroute import reroute_trace
+    return [e for e in reroute_trace(1, n, **params) if "item" in e]
+
+
 def _selb_cluster_sustained(params, n=6000, period=1500):
     """One lookup and one queue sample every clock (the sample and the lookup of a clock share a group), paths in
     four queue levels drifting, a tick every ``period`` clocks (above the engine's worst case at the defaults, so
@@ -280,6 +287,8 @@ BENCHES = {
                      lambda p: (p, _flb_isolate_events(p)))],
     "selb-cluster": [("one lookup + one queue sample every clock, a tick every 1,500 clocks",
                       lambda p: (p, _selb_cluster_sustained(p)))],
+    "selb-reroute": [("one packet every clock, a few flows back to back, 40% congested",
+                      lambda p: (p, _selb_reroute_packets(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

@@ -40,7 +40,10 @@ def all_proofs():
     from .formal.laps import proofs as laps_proofs
     from .formal.pro import proofs as pro_proofs
     from .formal.flb import proofs as flb_proofs
-    return [*lib_proofs.PROOFS, *themis_proofs.PROOFS, *laps_proofs.PROOFS, *pro_proofs.PROOFS, *flb_proofs.PROOFS]
+    from .formal.selb import proofs as selb_proofs
+    from .formal.packet import proofs as packet_proofs
+    return [*lib_proofs.PROOFS, *themis_proofs.PROOFS, *laps_proofs.PROOFS, *pro_proofs.PROOFS, *flb_proofs.PROOFS,
+            *selb_proofs.PROOFS, *packet_proofs.PROOFS]
 
 
 def select(name, *, deep=False):

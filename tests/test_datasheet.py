@@ -39,7 +39,8 @@ DATASHEET_LATENCY = {
     "flb-owd": 4,           # docs/flb_owd.md: "4 cycles"
     "flb-cnm": 6,           # docs/flb_cnm.md: "6 cycles"
     "flb-isolate": 6,       # docs/flb_isolate.md: "6 cycles"
-    "selb-cluster": 2,      # docs/selb_cluster.md: "2 cycles"
+    "selb-cluster": 3,      # docs/selb_cluster.md: "3 cycles"
+    "selb-reroute": 5,      # docs/selb_reroute.md: "5 cycles"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -62,6 +63,7 @@ DATASHEET_LEVELS = {
     "flb-cnm": 5,           # docs/flb_cnm.md: 5, core and top
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
+    "selb-reroute": 6,      # docs/selb_reroute.md: 6 (core; the AXI4-Lite top measures 7)
 }
 
 

@@ -697,3 +697,179 @@ _GENERIC_ROWS = ("stream contract", "valid independent", "reset", "tvalid indepe
                          ids=lambda p: f"{p.block}: {p.prop}")
 def test_block_invariant_proofs_pass(tmp_path, proof):
     _expect_pass(tmp_path, proof)
+
+
+# -- FLB one-way delay and CNM: block invariants (formal/flb/owd.py, formal/flb/cnm.py); SELB clustering's rows -------
+
+
+def _owd_faults():
+    from lbpipe.formal.flb.proofs import OWD_SMALL
+    from lbpipe.hdl.flb.owd import Owd
+
+    class ReverseKeepsFresh(Owd):
+        # A reverse packet writes its slot back still fresh: the measurement goes out again with the next reverse.
+        def _write_ports(self, m, adv, ports, st, wr, sweep, busy, ctl_forget):
+            super()._write_ports(m, adv, ports, st, wr, sweep, busy, ctl_forget)
+            with m.If(~busy & ~ctl_forget & st[3]["r_ok"]):
+                m.d.comb += ports["s"][1].data.fresh.eq(1)
+
+    class NoSlotForwarding(Owd):
+        # A reverse reads the slot memory only, not the slots the three operations ahead of it write: a sample just
+        # ahead is missed and an older measurement goes out.
+        def _write_stage(self, m, adv, st):
+            st = dict(st)
+            st[3] = dict(st[3], rh=Signal(3, name="no_forwarding"))
+            return super()._write_stage(m, adv, st)
+
+    return {"reverse-keeps-fresh": lambda: ReverseKeepsFresh(**OWD_SMALL),
+            "no-slot-forwarding": lambda: NoSlotForwarding(**OWD_SMALL),
+            "path-unchecked": lambda: Owd(**OWD_SMALL)}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("reverse-keeps-fresh", "a piggyback sent twice, or with no sample"),
+    ("no-slot-forwarding", "a piggyback that is not the newest measurement"),
+    ("path-unchecked", "a piggyback names a path >= n_paths"),
+])
+def test_owd_broken_piggyback_is_caught(tmp_path, monkeypatch, fault, reason):
+    from amaranth import C
+    from lbpipe.formal.flb.owd import OwdPiggyback
+    from lbpipe.hdl.flb import owd
+    if fault == "path-unchecked":
+        # The range check passes every value: a sample on path 3 of 3 is taken and its measurement piggybacked.
+        monkeypatch.setattr(owd, "_below", lambda value, limit: C(1, 1))
+    harness = OwdPiggyback(_owd_faults()[fault], n_edges=2, n_paths=3)
+    _expect_fail(tmp_path, harness, reason, depth=18)
+
+
+def _cnm_faults():
+    from lbpipe.formal.flb.proofs import CNM_SMALL
+    from lbpipe.hdl.flb.cnm import Cnm
+
+    class Threshold(Cnm):
+        fault = None
+
+        def _threshold_stage(self, m, adv, st):
+            a3, a4 = st[3], st[4]
+            # strict-threshold: q > K congested instead of q >= K (an event that leaves q == K releases a flow);
+            # dequeue-notifies: a dequeue that leaves q >= K adds its flow too
+            above = a3["qlen"] > self._k if self.fault == "strict-threshold" else a3["qlen"] >= self._k
+            enq = 1 if self.fault == "dequeue-notifies" else ~a3["item"].deq
+            ok = a3["valid"] & a3["ok"]
+            with m.If(adv):
+                self._carry(m, a3, a4)
+                m.d.sync += [a4["add"].eq(ok & enq & above), a4["rel"].eq(ok & ~above)]
+
+    class Output(Cnm):
+        fault = None
+
+        def _output(self, m, st):
+            super()._output(m, st)
+            a6, o = st[6], self.o.payload
+            if self.fault == "release-counts-one-more":
+                m.d.comb += o.cnm_n.eq(Mux(a6["cnm"] & ~a6["cong"], a6["n"] + 1, a6["n"]))
+            elif self.fault == "flow-always":
+                m.d.comb += o.cnm_flow.eq(a6["item"].flow)
+            elif self.fault == "ok-dropped":
+                m.d.comb += o.ok.eq(0)
+
+    def output(fault):
+        return lambda: type(fault, (Output,), {"fault": fault})(**CNM_SMALL)
+
+    def threshold(fault):
+        return lambda: type(fault, (Threshold,), {"fault": fault})(**CNM_SMALL)
+
+    return {"strict-threshold": threshold("strict-threshold"), "dequeue-notifies": threshold("dequeue-notifies"),
+            "release-counts-one-more": output("release-counts-one-more"),
+            "flow-always": output("flow-always"), "ok-dropped": output("ok-dropped")}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("strict-threshold", "a release CNM at or above K"),
+    ("dequeue-notifies", "a congestion CNM below K or for a dequeue"),
+    ("release-counts-one-more", "a CNM's count outside 1..n_slots"),
+    ("flow-always", "CNM fields set without a CNM"),
+    ("ok-dropped", "a CNM for a forged event"),
+])
+def test_cnm_broken_notification_is_caught(tmp_path, fault, reason):
+    from lbpipe.formal.flb.cnm import CnmThreshold
+    _expect_fail(tmp_path, CnmThreshold(_cnm_faults()[fault], n_slots=2, q_bits=4, threshold=3), reason, depth=12)
+
+
+_NEW_INVARIANT_BLOCKS = ("flb-owd", "flb-cnm", "selb-cluster")
+
+
+@pytest.mark.parametrize("proof", [p for p in select("all")
+                                   if p.block in _NEW_INVARIANT_BLOCKS and not p.prop.startswith(_GENERIC_ROWS)],
+                         ids=lambda p: f"{p.block}: {p.prop}")
+def test_owd_cnm_cluster_invariant_proofs_pass(tmp_path, proof):
+    _expect_pass(tmp_path, proof)
+
+
+# -- the packet parser: nothing read past the frame's end (formal/packet/parser.py) ----------------------------------
+
+
+class _LeakyParser(wiring.Component):
+    """The parser behind a wrapper that plants ``fault``; every other port passes straight through."""
+
+    def __init__(self, fault):
+        from lbpipe.hdl.packet.parser import Parser
+        self._inner = Parser()
+        self._fault = fault
+        self.latency = self._inner.latency
+        super().__init__(self._inner.signature)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = self._inner
+        s, o, si, oi = self.s_axis, self.m_axis, inner.s_axis, inner.m_axis
+        m.d.comb += [si.tvalid.eq(s.tvalid), si.tdata.eq(s.tdata), si.tkeep.eq(s.tkeep), si.tlast.eq(s.tlast),
+                     si.tuser.eq(s.tuser), s.tready.eq(si.tready),
+                     o.tvalid.eq(oi.tvalid), o.tdata.eq(oi.tdata), o.tkeep.eq(oi.tkeep), o.tlast.eq(oi.tlast),
+                     o.tuser.eq(oi.tuser), oi.tready.eq(o.tready),
+                     self.meta.valid.eq(inner.meta.valid), self.meta.payload.eq(inner.meta.payload),
+                     inner.meta.ready.eq(self.meta.ready)]
+        if self._fault == "ignores-tkeep":
+            # The parser reads the last beat as if every byte were valid (m_axis zeroed, so only meta can differ).
+            m.d.comb += [si.tkeep.eq(~0), o.tdata.eq(0)]
+        elif self._fault == "ready-on-data":
+            m.d.comb += s.tready.eq(si.tready & (s.tdata[-8:] != 0xFF))
+        elif self._fault == "keep-widened":
+            m.d.comb += o.tkeep.eq(~0)
+        elif self._fault == "m-unstable":
+            waited = Signal()
+            m.d.sync += waited.eq(o.tvalid & ~o.tready)
+            m.d.comb += o.tdata.eq(oi.tdata ^ waited)
+        elif self._fault == "m-always-valid":
+            m.d.comb += o.tvalid.eq(1)
+        elif self._fault == "tlast-inverted":
+            m.d.comb += o.tlast.eq(~oi.tlast)
+        elif self._fault == "meta-always-valid":
+            m.d.comb += self.meta.valid.eq(1)
+        elif self._fault == "tag-plus-one":
+            m.d.comb += self.meta.payload.tag.eq(inner.meta.payload.tag + 1)
+        return m
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("ignores-tkeep", "meta depends on bytes past the frame's end"),
+    ("ready-on-data", "s_axis.tready depends on bytes past the frame's end"),
+    ("keep-widened", "m_axis differs in a valid byte or in tvalid, tkeep, tlast"),
+])
+def test_parser_reading_past_the_end_is_caught(tmp_path, fault, reason):
+    from lbpipe.formal.packet.parser import ParserPastLast
+    _expect_fail(tmp_path, ParserPastLast(lambda: _LeakyParser(fault), one_beat=True), reason, depth=9)
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("fault, reason", [
+    ("m-unstable", "m_axis beat withdrawn or changed while waiting"),
+    ("m-always-valid", ("an m_axis beat without an accepted one", "m_axis beat withdrawn or changed while waiting")),
+    ("tlast-inverted", "a beat lost, duplicated, reordered or changed on m_axis"),
+    ("meta-always-valid", "an item without a frame ended"),
+    ("tag-plus-one", "an item out of frame order"),
+])
+def test_parser_broken_frames_are_caught(tmp_path, fault, reason):
+    # Regression profile only: about 110 s for the five (the tag fault alone about 70 s).
+    from lbpipe.formal.packet.parser import ParserFrames
+    _expect_fail(tmp_path, ParserFrames(lambda: _LeakyParser(fault)), reason, depth=10)

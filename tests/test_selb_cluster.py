@@ -68,6 +68,7 @@ class Ref:
         self.lfsr = lfsr_seed
         reset_view = [(0, 1, 0)] * n_paths            # cluster 0, backup, not congested
         self.pub, self.pend = reset_view, reset_view
+        self.pub_short, self.pend_short = 0, 0      # the snapshot's shortest-queue path (all queues 0: path 0)
         self.pend_info = (0, 0, 0)
         self.counters = [0] * 6
         self.history = []       # per tick: (assignment, backup, sweeps, capped)
@@ -83,7 +84,7 @@ class Ref:
                 self.qcur[s["path"]] = s["qlen"]
                 self.counters[1] += 1
                 return None
-            self.pub = self.pend
+            self.pub, self.pub_short = self.pend, self.pend_short
             self.counters[2] += 1
             self.counters[3] += self.pend_info[0]
             self.counters[4], self.counters[5] = self.pend_info[1], self.pend_info[2]
@@ -94,6 +95,7 @@ class Ref:
             backup = int(np.argmin(masked))
             cong = [int(int(s) - int(p) > self.theta) for s, p in zip(self.snap, prev)]
             self.pend = [(a[p], int(a[p] == backup), cong[p]) for p in range(self.n)]
+            self.pend_short = int(np.argmin(np.asarray(self.snap)))     # argmin: the first of equal minima
             cycles = 3 * used + sweeps * (self.n + self.qb + 5) + 2
             self.pend_info = (int(capped), sweeps, cycles)
             self.history.append((a, backup, sweeps, capped))
@@ -101,8 +103,11 @@ class Ref:
         it = e["item"]
         self.counters[0] += 1
         cl, bk, cg = self.pub[it["path"]]
+        view = np.array(self.pub, dtype=np.int64).reshape(self.n, 3)
+        mates = (view[:, 0] == cl) & (view[:, 2] == 0)               # same cluster, not congested
+        alt = int(np.dot(mates.astype(np.int64), 1 << np.arange(self.n, dtype=object)))
         return {"kind": it.get("kind", 0), "tag": it.get("tag", 0), "path": it["path"], "cluster": cl,
-                "congested": cg, "backup": bk}
+                "congested": cg, "backup": bk, "alt": alt, "shortest": self.pub_short}
 
     def run(self, events):
         out = [self.event(e) for e in events]
@@ -132,11 +137,16 @@ TICK = {"smp": {"path": 0, "qlen": 0, "tick": 1}}
 # Sweep 3: centroids (40, 2): the same assignment, means (40, 2) unchanged: converged after 3 sweeps.
 # Backup: cluster 1 (mean 2). Congested (theta 10, previous snapshot all 0): growth = queue, so paths 4..7.
 # Engine clocks: 2 draws x 3 + 3 sweeps x (8 + 6 + 5) + 2 = 65.
+# Rerouting fields: cluster 1 = paths 0..3, none congested: alt 0b00001111 for each of them; cluster 0 = paths 4..7,
+# all congested: alt 0. Shortest queue: path 2 (queue 1). Before the publish: one cluster, nothing congested, so
+# alt = 0xFF for every path, shortest path 0.
 HAND = dict(n_paths=8, k=2, q_bits=6, iter_cap=8, draws=4, theta=10, lfsr_seed=0xACE1)
 HAND_Q = [2, 3, 1, 2, 40, 42, 41, 39]
 HAND_CLUSTER = [1, 1, 1, 1, 0, 0, 0, 0]
 HAND_BACKUP = [1, 1, 1, 1, 0, 0, 0, 0]
 HAND_CONGESTED = [0, 0, 0, 0, 1, 1, 1, 1]
+HAND_ALT = [0x0F] * 4 + [0x00] * 4
+HAND_SHORTEST = 2
 
 
 def _hand_trace(lookups_between=80):
@@ -152,11 +162,11 @@ def test_hand_worked_case_reference():
 
 
 def _check_hand(out, counters=None):
-    reset_view = [(0, 1, 0)] * 8
-    view = [(o["cluster"], o["backup"], o["congested"]) for o in out]
+    reset_view = [(0, 1, 0, 0xFF, 0)] * 8
+    view = [(o["cluster"], o["backup"], o["congested"], o["alt"], o["shortest"]) for o in out]
     assert view[:8] == reset_view
     assert view[8:88] == [reset_view[p % 8] for p in range(80)]     # during the clustering: the old one, whole
-    assert view[88:] == list(zip(HAND_CLUSTER, HAND_BACKUP, HAND_CONGESTED))
+    assert view[88:] == list(zip(HAND_CLUSTER, HAND_BACKUP, HAND_CONGESTED, HAND_ALT, [HAND_SHORTEST] * 8))
     if counters is not None:
         assert counters == [96, 8, 2, 0, 3, 65]
 

@@ -1,14 +1,20 @@
-"""Proofs of the FLB blocks: the stream contract, reset and path range of the per-packet path decision, small
-sizes."""
+"""Proofs of the FLB blocks, small sizes: the stream contract, valid independence and reset of the per-packet path
+decision, the one-way-delay block and the congestion notification block; the decision's path range, the piggyback's
+range, once-only and newest measurement (:mod:`.owd`), the CNMs' threshold and count (:mod:`.cnm`)."""
 
+from lbpipe.hdl.flb.cnm import Cnm
+from lbpipe.hdl.flb.owd import Owd
 from lbpipe.hdl.flb.route import Route
 
 from lbpipe.formal.lib.harness import Proof
+from lbpipe.formal.lib.reset import ResetEmpty
 from lbpipe.formal.lib.standard import metadata_block_proofs
 
+from .cnm import CnmThreshold
+from .owd import OwdPiggyback, WithoutControl
 from .route import RoutePathRange
 
-__all__ = ["PROOFS", "ROUTE_SMALL"]
+__all__ = ["PROOFS", "ROUTE_SMALL", "OWD_SMALL", "CNM_SMALL"]
 
 #: The small instance: 2 flows (one bank of 2: a 2-clock sweep), 1 destination, 3 paths (not a power of two: the
 #: 2-bit path field can name a path that does not exist), 4-bit ticks and delays, a 5-tick timeout.
@@ -28,4 +34,59 @@ PROOFS = metadata_block_proofs(
 PROOFS += [
     Proof("flb-route", f"a decision never names a path >= n_paths ({_LABEL})",
           lambda: RoutePathRange(_route, n_paths=ROUTE_SMALL["n_paths"]), depth=14),
+]
+
+
+# -- one-way delay ------------------------------------------------------------------------------------------------
+
+#: The small one-way-delay block: 2 edges, 3 paths (not a power of two: the 2-bit path fields can name a path that
+#: does not exist), 4-bit ticks and delays. Its tables have 2 x 4 base rows: an 8-clock sweep after reset.
+OWD_SMALL = dict(n_edges=2, n_paths=3, time_bits=4, delay_bits=4)
+_OWD_LABEL = "n_edges=2, n_paths=3, time_bits=4"
+
+
+def _owd():
+    return Owd(**OWD_SMALL)
+
+
+# docs/flb_owd.md: reset empties the pipeline, clears the counters and sweeps both tables (8 clocks here, i and ctl
+# not ready). A command holds i while it waits for the pipeline to drain, a FORGET one clock more, and a FORGET_ALL
+# sweeps again, so "ready again" is a row of its own, without commands (WithoutControl). The first
+# output leaves 13 clocks after reset (sweep, accept, 4 stages): the covers need depth 14. "Ready again" is a BMC
+# row: k-induction cannot close it, as the step may start mid-sweep with the cycle counter already past 8 (an
+# unreachable state) and hold o.ready low for any k.
+PROOFS += metadata_block_proofs(
+    "flb-owd", _OWD_LABEL, _owd, Owd.latency, contract_depth=16, valid_depth=14, stats_cleared=True,
+    ready_within=None, reset_cover=10)
+PROOFS += [
+    Proof("flb-owd", f"input ready again 8 clocks after a reset, no commands (sweep) ({_OWD_LABEL})",
+          lambda: ResetEmpty(lambda: WithoutControl(_owd), stats_cleared=True, ready_within=8), depth=20),
+]
+_OWD_PB = f"a piggyback is the newest measurement of its edge, sent at most once, path < n_paths ({_OWD_LABEL})"
+PROOFS += [
+    Proof("flb-owd", _OWD_PB, lambda: OwdPiggyback(_owd, n_edges=2, n_paths=3), depth=16),
+]
+
+
+# -- congestion notification ----------------------------------------------------------------------------------------
+
+#: The small CNM block: 3 ports (the 2-bit port field can name a 4th, forged), 2 slots (the 2-bit count can say 3),
+#: 2 edges, 2-bit flows and amounts, 4-bit estimates, K = 3 at reset.
+CNM_SMALL = dict(n_ports=3, n_slots=2, n_edges=2, flow_bits=2, amount_bits=2, q_bits=4, threshold=3)
+_CNM_LABEL = "n_ports=3, n_slots=2, q_bits=4"
+
+
+def _cnm():
+    return Cnm(**CNM_SMALL)
+
+
+# docs/flb_cnm.md: reset empties the pipeline, clears the counters and restores K; no sweep, and a command takes the
+# input's slot, so the input follows o.ready at once whenever no command waits. The deep contract stops at 17: BMC
+# step 17 ended after about 55 s under load, step 18 had not finished after 2 minutes.
+PROOFS += metadata_block_proofs(
+    "flb-cnm", _CNM_LABEL, _cnm, Cnm.latency, contract_depth=14, valid_depth=10, stats_cleared=True,
+    ready_within=0, deep_depth=17)
+_CNM_K = f"a CNM agrees with the K in force, its count within 1..n_slots ({_CNM_LABEL})"
+PROOFS += [
+    Proof("flb-cnm", _CNM_K, lambda: CnmThreshold(_cnm, n_slots=2, q_bits=4, threshold=3), depth=12),
 ]

@@ -3,8 +3,9 @@ paper 004: section III "Path Classification" and "Rerouting Strategy", Algorithm
 
 Two input streams, ready in the same cycles (one ``adv``): ``i`` carries per-packet lookups (the path a packet is
 about to take) and ``smp`` the egress's queue samples ``(path, qlen)`` or, with ``tick`` set, the end of a sample
-period. ``o`` returns, per lookup, the path's published cluster, its congested flag and whether its cluster is the
-backup set (the shortest mean queue).
+period. ``o`` returns, per lookup, the path's published cluster, its congested flag, whether its cluster is the
+backup set (the shortest mean queue), and what rerouting needs: ``alt``, the mask of the non-congested paths of the
+path's cluster, and ``shortest``, the path with the shortest queue in the snapshot (ties to the lowest index).
 
 At a tick the block (1) publishes the result of the clustering the previous tick started (a one-clock copy of the
 ``pending`` registers into the ``published`` ones: a lookup sees one whole assignment, never part of two), (2) takes
@@ -27,7 +28,11 @@ n-way read multiplexer sits in its loop)::
     CHECK  1 clock: the means replace the nonempty clusters' centroids; DECIDE (1 clock): stop when no centroid
            changed or after ``iter_cap`` sweeps, else SWEEP again
     BACKUP 1 clock: the nonempty cluster with the smallest mean (ties to the lowest index)
-    PEND   1 clock: the last sweep's assignment, backup membership and congested flags into ``pending``
+    PEND   1 clock: the last sweep's assignment, backup membership, congested flags and shortest path into ``pending``
+
+The sweep also keeps the running argmin of the snapshot (``shortest``); the publish derives the k per-cluster masks
+of non-congested paths (``alt``) from the pending assignment and flags, so a lookup's ``alt`` is a k-way choice of
+an n-bit register, never a scan of the n paths.
 
 Choices where the paper is silent are listed in the datasheet.
 """
@@ -90,9 +95,10 @@ def ClusterSample(*, n_paths=64, q_bits=16):
 
 
 def ClusterResult(*, n_paths=64, k=4):
-    """A lookup's result: the path's published cluster, congested flag and backup-set membership."""
+    """A lookup's result: the path's published cluster, congested flag and backup-set membership; ``alt`` (bit p:
+    path p is in the same cluster and not congested) and ``shortest`` (the snapshot's shortest-queue path)."""
     return data.StructLayout({"kind": PacketKind, "tag": TAG_BITS, "path": _pbits(n_paths), "cluster": _cbits(k),
-                              "congested": 1, "backup": 1})
+                              "congested": 1, "backup": 1, "alt": n_paths, "shortest": _pbits(n_paths)})
 
 
 def _first_minimum(le, k):
@@ -142,7 +148,7 @@ class Cluster(wiring.Component):
         published clustering.
     """
 
-    latency = 2
+    latency = 3
 
     def __init__(self, *, n_paths=64, k=4, q_bits=16, iter_cap=16, draws=4, theta=64, lfsr_seed=LFSR_SEED):
         check_parameters(n_paths=n_paths, k=k, q_bits=q_bits, iter_cap=iter_cap, draws=draws, theta=theta,
@@ -189,13 +195,16 @@ class Cluster(wiring.Component):
         return dict(cl=[Signal(self._cb, name=f"pend_cl{p}") for p in range(n)],
                     bk=Signal(n, init=(1 << n) - 1, name="pend_bk"), cg=Signal(n, name="pend_cg"),
                     capped=Signal(name="pend_capped"), iters=Signal(8, name="pend_iters"),
-                    cycles=Signal(32, name="pend_cycles"))
+                    cycles=Signal(32, name="pend_cycles"), sh=Signal(self._pb, name="pend_shortest"))
 
     def _published_regs(self):
         n = self._n
-        # reset: every path in cluster 0, which is the backup set, none congested
+        # reset: every path in cluster 0, which is the backup set, none congested (cluster 0's alt mask: all paths),
+        # the shortest path 0 (every queue 0, ties to the lowest index)
         return dict(cl=[Signal(self._cb, name=f"pub_cl{p}") for p in range(n)],
-                    bk=Signal(n, init=(1 << n) - 1, name="pub_bk"), cg=Signal(n, name="pub_cg"))
+                    bk=Signal(n, init=(1 << n) - 1, name="pub_bk"), cg=Signal(n, name="pub_cg"),
+                    alt=[Signal(n, init=(1 << n) - 1 if j == 0 else 0, name=f"pub_alt{j}") for j in range(self._k)],
+                    sh=Signal(self._pb, name="pub_shortest"))
 
     # -- input -----------------------------------------------------------------------------------------------------
 
@@ -224,29 +233,43 @@ class Cluster(wiring.Component):
             m.d.sync += theta.eq(self.ctl.payload.data[:self._q])
 
     def _lookup(self, m, adv, pub):
-        """L1 registers the accepted lookup; L2 (the output register) takes the path's published entry, read in the
-        clock after acceptance, so a lookup offered with a tick sees the assignment that tick publishes."""
-        l1_valid = Signal(name="l1_valid")
-        l1 = Signal(ClusterItem(n_paths=self._n), name="l1")
+        """L1 registers the accepted lookup; L2 takes the path's published entry and all k published ``alt`` masks,
+        read in the clock after acceptance (so a lookup offered with a tick sees the assignment that tick publishes,
+        and everything it gets is of one publish); L3 (the output register) picks the path's cluster's mask."""
+        n, k = self._n, self._k
+        l1_valid, l2_valid = Signal(name="l1_valid"), Signal(name="l2_valid")
+        l1 = Signal(ClusterItem(n_paths=n), name="l1")
+        l2 = Signal(ClusterResult(n_paths=n, k=k), name="l2")
+        l2_alt = [Signal(n, name=f"l2_alt{j}") for j in range(k)]
         out_free = self._out_free
+        # every stage moves when the output register is free: L1 and L2 drain even while a tick waits for the
+        # engine (adv low, nothing accepted)
         with m.If(out_free):
-            # L1 drains even while a tick waits for the engine (adv low, nothing accepted)
-            m.d.sync += [l1_valid.eq(self.i.valid & adv), l1.eq(self.i.payload)]
+            m.d.sync += [l1_valid.eq(self.i.valid & adv), l1.eq(self.i.payload), l2_valid.eq(l1_valid),
+                         l2.kind.eq(l1.kind), l2.tag.eq(l1.tag), l2.path.eq(l1.path), l2.shortest.eq(pub["sh"])]
+            m.d.sync += [a.eq(pa) for a, pa in zip(l2_alt, pub["alt"])]
+            with m.Switch(l1.path):
+                for p in range(n):
+                    with m.Case(p):
+                        m.d.sync += [l2.cluster.eq(pub["cl"][p]), l2.congested.eq(pub["cg"][p]),
+                                     l2.backup.eq(pub["bk"][p])]
         out = self.o.payload
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        with m.If(out_free & l1_valid):
-            m.d.sync += [self.o.valid.eq(1), out.kind.eq(l1.kind), out.tag.eq(l1.tag), out.path.eq(l1.path)]
-            with m.Switch(l1.path):
-                for p in range(self._n):
-                    with m.Case(p):
-                        m.d.sync += [out.cluster.eq(pub["cl"][p]), out.congested.eq(pub["cg"][p]),
-                                     out.backup.eq(pub["bk"][p])]
+        with m.If(out_free & l2_valid):
+            # alt: a k-way choice of the n-bit masks read at L2 by the cluster read with them
+            alt = Const(0, n)
+            for j in range(k):
+                alt = alt | Mux(l2.cluster == j, l2_alt[j], 0)
+            m.d.sync += [self.o.valid.eq(1), out.eq(l2), out.alt.eq(alt)]
 
     def _publish(self, m, tick_go, pend, pub):
-        """The atomic publish: at a tick every published register takes its pending value in one clock."""
+        """The atomic publish: at a tick every published register takes its pending value in one clock; cluster j's
+        ``alt`` mask takes the pending paths of cluster j that are not congested."""
         with m.If(tick_go):
-            m.d.sync += [pub["bk"].eq(pend["bk"]), pub["cg"].eq(pend["cg"])]
+            m.d.sync += [pub["bk"].eq(pend["bk"]), pub["cg"].eq(pend["cg"]), pub["sh"].eq(pend["sh"])]
+            for j in range(self._k):
+                m.d.sync += pub["alt"][j].eq(Cat(*[(pend["cl"][p] == j) & ~pend["cg"][p] for p in range(self._n)]))
             m.d.sync += [pub["cl"][p].eq(pend["cl"][p]) for p in range(self._n)]
 
     # -- engine ----------------------------------------------------------------------------------------------------
@@ -279,6 +302,8 @@ class Cluster(wiring.Component):
             sums=[Signal(self._sum_bits, name=f"sum{j}") for j in range(k)],
             cnts=[Signal(pb + 2, name=f"count{j}") for j in range(k)],
             asg=[Signal(cb, name=f"asg{p}") for p in range(n)], cg_sr=Signal(n, name="congested_sr"),
+            # the snapshot's running argmin: the next path's index, the least queue so far and its path
+            sh_pos=Signal(pb, name="sh_pos"), sh_q=Signal(q, name="sh_q"), sh_id=Signal(pb, name="sh_id"),
             # dividers, the stop decision, the backup choice
             step=Signal(range(q + 1), name="step"), rem=[Signal(pb + 3, name=f"rem{j}") for j in range(k)],
             quo=[Signal(q, name=f"quo{j}") for j in range(k)], dvd=[Signal(q, name=f"dvd{j}") for j in range(k)],
@@ -286,6 +311,7 @@ class Cluster(wiring.Component):
             bk_id=Signal(cb, name="bk_id"))
         e.nonempty = Cat(*[c != 0 for c in e.cnts])
         self._feeding = e.feeding
+        self._argmin = (e.sh_pos, e.sh_q, e.sh_id)
         return e
 
     def _snapshot(self, m, e, tick_go, qcur, theta):
@@ -304,7 +330,8 @@ class Cluster(wiring.Component):
     def _sweep(self, m, e):
         """The sweep pipeline, one path a clock: P1 registers ``|q - c_j|`` and the growth ``q - prev``; P2 the
         pairwise ``d_a <= d_b`` and the congested bit; P3 adds the path to its winner's sum and count and shifts its
-        cluster and congested bit into the assignment registers."""
+        cluster and congested bit into the assignment registers, and keeps the argmin of the queues (a strictly
+        smaller queue replaces it, so ties go to the lowest path index)."""
         n, k, q = self._n, self._k, self._q
         head_q, head_p = e.snap[0], e.prev[0]
         with m.If(e.feeding | e.p1_v | e.p2_v):
@@ -325,6 +352,9 @@ class Cluster(wiring.Component):
             for j in range(k):
                 with m.If(win[j]):
                     m.d.sync += [e.sums[j].eq(e.sums[j] + e.p2_q), e.cnts[j].eq(e.cnts[j] + 1)]
+            m.d.sync += e.sh_pos.eq(e.sh_pos + 1)
+            with m.If(e.p2_q < e.sh_q):
+                m.d.sync += [e.sh_q.eq(e.p2_q), e.sh_id.eq(e.sh_pos)]
 
     def _divide(self, m, e):
         """One step of the k restoring dividers: a quotient bit each, MSB first."""
@@ -345,9 +375,9 @@ class Cluster(wiring.Component):
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 with m.If(tick_go):
-                    # busy is a register (set here, cleared by PEND), so the tick's stall starts at a flip-flop
-                    m.d.sync += [e.j_init.eq(0), e.tries.eq(0), e.cyc.eq(0), e.iters.eq(0), busy.eq(1),
-                                 e.chosen.eq(0)]
+                    # busy is a register (set here, cleared by PEND), so the tick's stall starts at a flip-flop;
+                    # the engine's counters were cleared by PEND (and reset), so the tick reaches only busy
+                    m.d.sync += busy.eq(1)
                     m.next = "DRAW"
             with m.State("DRAW"):
                 with m.Switch(idx):
@@ -425,11 +455,14 @@ class Cluster(wiring.Component):
             with m.State("PEND"):
                 m.d.sync += [pend["cl"][p].eq(e.asg[p]) for p in range(n)]
                 m.d.sync += [pend["bk"].eq(Cat(*[a == e.bk_id for a in e.asg])), pend["cg"].eq(e.cg_sr),
-                             pend["iters"].eq(e.iters), pend["cycles"].eq(e.cyc + 1), busy.eq(0)]
+                             pend["iters"].eq(e.iters), pend["cycles"].eq(e.cyc + 1), pend["sh"].eq(e.sh_id),
+                             busy.eq(0), e.j_init.eq(0), e.tries.eq(0), e.cyc.eq(0), e.iters.eq(0), e.chosen.eq(0)]
                 m.next = "IDLE"
 
     def _sweep_start(self, sums, cnts, cnt):
-        return [*[s.eq(0) for s in sums], *[c.eq(0) for c in cnts], cnt.eq(0), self._feeding.eq(1)]
+        sh_pos, sh_q, sh_id = self._argmin
+        return [*[s.eq(0) for s in sums], *[c.eq(0) for c in cnts], cnt.eq(0), self._feeding.eq(1),
+                sh_pos.eq(0), sh_q.eq(-1), sh_id.eq(0)]
 
     def _counters(self, m, adv, tick_go, pend):
         """``stats``: lookups, samples and ticks accepted; at each tick the published clustering's capped flag

@@ -1,5 +1,6 @@
-"""Registry entries of SELB (paper 004; datasheet docs/selb_cluster.md): the source ToR's queue sampling and k-means
-path clustering engine (section III, Algorithm 1). Rerouting and the destination's reordering are later blocks."""
+"""Registry entries of SELB (paper 004; datasheets docs/selb_cluster.md, docs/selb_reroute.md): the source ToR's
+queue sampling and k-means path clustering engine (section III, Algorithm 1) and its per-flow rerouting stage. The
+destination's reordering is a later block."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -56,4 +57,47 @@ BLOCKS.append(Block(
     doc="docs/selb_cluster.md",
     paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
     report_extra=_cluster_extra,
+))
+
+# -- per-flow rerouting (selb-reroute) --------------------------------------------------------------------------------
+
+
+def _reroute_extra(params, component):
+    pb = max(1, (params["n_paths"] - 1).bit_length())
+    return {
+        "Latency": f"{component.latency} cycles, one packet per clock (back-to-back packets of one flow included)",
+        "Memory": f"{params['n_flows']} x {3 + pb + params['time_bits']} bit (valid, path, in flight, "
+                  f"{params['time_bits']}-bit reroute time, epoch) = {component.memory_bits} bits",
+        "Paper": "SELB gives no hardware figures (NS-3 evaluation only)",
+    }
+
+
+BLOCKS.append(Block(
+    name="selb-reroute",
+    summary="SELB source ToR: per-flow rerouting off a congested path after the train's tail, to a random "
+            "non-congested path of the same cluster or the shortest-queue path; one reroute in flight per flow",
+    paper_ref="SELB, section III (Rerouting Strategy, Packet Reordering)",
+    params=[
+        Param("n_flows", 1024, "flow table entries (flow index from the parser layer), a power of two, 2 to 4096"),
+        Param("n_paths", 64, "paths, a power of two from 2 to 64 (selb-cluster's)"),
+        Param("time_bits", 16, "width of now and of the stored reroute time, 4 to 32"),
+        Param("hold", 32, "ticks after a reroute before the flow's next one, a power of two (32 x 256 ns = 8.2 us)"),
+        Param("lfsr_seed", 0xB5AD, "reset value of the 16-bit LFSR that draws among the alt paths"),
+    ],
+    build=load("lbpipe.hdl.selb.reroute:Reroute"),
+    golden=load("lbpipe.sim.selb.reroute:Reroute"),
+    test_params=[
+        dict(n_flows=16, n_paths=8, time_bits=8, hold=4, lfsr_seed=0xACE1),
+        dict(n_flows=4, n_paths=4, time_bits=4, hold=2, lfsr_seed=0x1234),
+        dict(n_flows=64, n_paths=16, time_bits=6, hold=16, lfsr_seed=1),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_flows=1 << rng.randrange(1, 8), n_paths=1 << rng.randrange(1, 7), time_bits=tb,
+        hold=1 << rng.randrange(0, tb), lfsr_seed=rng.randrange(1, 1 << 16)))(rng.randrange(4, 12)),
+    tb_module="lbpipe.tb.selb.test_reroute",
+    trace="lbpipe.sim.selb.reroute:reroute_trace",
+    doc="docs/selb_reroute.md",
+    paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
+    report_extra=_reroute_extra,
 ))

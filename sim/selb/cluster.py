@@ -76,8 +76,8 @@ class Cluster:
         self.snap = [0] * n
         self.theta = self.theta_reset
         self.lfsr = self.seed
-        self.published = ([0] * n, [1] * n, [0] * n)        # cluster, backup, congested per path
-        self.pending = ([0] * n, [1] * n, [0] * n)
+        self.published = ([0] * n, [1] * n, [0] * n, 0)    # cluster, backup, congested per path; shortest path
+        self.pending = ([0] * n, [1] * n, [0] * n, 0)
         self.pending_info = (0, 0, 0)                       # capped, sweeps, cycles
         self.counts = [0] * 6
 
@@ -108,15 +108,17 @@ class Cluster:
         live = [j for j in range(self.k) if nonempty[j]]
         backup = min(live, key=lambda j: (cen[j], j))
         congested = [int(s - p > self.theta) for s, p in zip(self.snap, prev)]
-        self.pending = (asg, [int(a == backup) for a in asg], congested)
+        shortest = min(range(self.n), key=lambda p: (self.snap[p], p))
+        self.pending = (asg, [int(a == backup) for a in asg], congested, shortest)
         self.pending_info = (int(capped), sweeps, engine_cycles(used, sweeps, self.n, self.q_bits))
 
     def process(self, item):
         self.counts[0] += 1
-        cl, bk, cg = self.published
+        cl, bk, cg, shortest = self.published
         p = item["path"]
+        alt = sum(1 << b for b in range(self.n) if cl[b] == cl[p] and not cg[b])
         return {"kind": item["kind"], "tag": item["tag"], "path": p, "cluster": cl[p], "congested": cg[p],
-                "backup": bk[p]}
+                "backup": bk[p], "alt": alt, "shortest": shortest}
 
 
 def cluster_trace(seed, n_items, *, early_ticks=False, **params):

@@ -1,0 +1,1 @@
+"""Formal proofs of the packet I/O stages."""

@@ -1,0 +1,1 @@
+"""Formal proofs of the SELB blocks."""
