@@ -121,8 +121,9 @@ def build_top(block, params):
     from lbpipe.boards.top import AxiLiteTop, FlatTop, StreamsTop
     block = resolve_block(block)
     component = block.build(**block.resolve(params))
-    if block.is_meta and block.streams:
-        return StreamsTop(component, block.streams)
+    streams = [name for name in block.streams if name in component.signature.members]
+    if block.is_meta and streams:
+        return StreamsTop(component, streams)
     return AxiLiteTop(component) if block.is_meta else FlatTop(component)
 
 

@@ -59,7 +59,7 @@ def supports(block):
     ``s_axis``, ``m_axis``, ``ctl`` and ``stats`` (per-frame action streams and second streams are not carried),
     and metadata blocks with one input stream (no extra streams)."""
     if block.is_meta:
-        return not block.streams
+        return not block.stream_layouts(block.resolve({}))   # at the defaults (flb-route: upd=False)
     if block.golden is None or block.actions is not None:
         return False
     component = block.check(block.resolve({}))
@@ -190,6 +190,8 @@ def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
     if not block.is_meta or not supports(block):
         raise ValueError(f"{block.name}: the fast engine replays metadata blocks without extra streams")
     params = block.resolve(params)
+    if block.stream_layouts(params):
+        raise ValueError(f"{block.name}: the fast engine replays metadata blocks without extra streams")
     layout = check_events(block, params, events)
     _, out_layout, _, _ = block.layouts(params)
     in_width, out_width = Shape.cast(layout).width, Shape.cast(out_layout).width

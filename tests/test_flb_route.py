@@ -12,6 +12,7 @@ import os
 import random
 
 import pytest
+from amaranth import Shape
 
 from lbpipe.engine import run_golden, run_rtl
 from lbpipe.hdl.flb.route import Route as RouteRTL
@@ -39,12 +40,14 @@ def _iso(dest, mask):
 
 # -- the independent re-derivation -------------------------------------------------------------------------------------
 
-def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout):
+def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout, upd=False):
     """Algorithm 1 per packet, from the paper: paths ranked by (delay, index); a new or expired flow takes the first
     ranked path not isolated; an existing flow walks the ranking from the fastest and takes the first path whose
     delay is below its own by less than the gap (an isolated current path: the first ranked path whose delay is
     below its own by less than the gap, or above it, else the new-flow choice). Every path
-    isolated: isolation ignored. Out-of-range items: (path 0, not new, not rerouted, not ok). Returns
+    isolated: isolation ignored. Out-of-range items: (path 0, not new, not rerouted, not ok). ``upd`` events (the
+    datasheet's rule: a packet taken in the same clock as an update or later sees it; the trace puts an update
+    offered with a packet before it, so trace order) write a delay or a mask; out of range: nothing. Returns
     ``[(path, new, rerouted, ok)]``."""
     delays = {}
     iso = {}
@@ -57,6 +60,14 @@ def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, time
                 delays[idx // 16, idx % 16] = v
             if t == ISOLATE and idx < n_dests and v < 2 ** n_paths:
                 iso[idx] = v
+            continue
+        if "upd" in e:
+            u = e["upd"]
+            if u.get("dest", 0) < n_dests:
+                if u.get("isolate", 0):
+                    iso[u["dest"]] = u.get("mask", 0)
+                elif u.get("path", 0) < n_paths:
+                    delays[u["dest"], u.get("path", 0)] = u.get("delay", 0)
             continue
         it = e["item"]
         f, d, now = it["flow"], it["dest"], it["now"]
@@ -343,3 +354,105 @@ def test_rtl_long_random(seed):
     ev = route_trace(seed, 3000, **params)
     out = run_rtl("flb-route", params, ev, idle=0.2, backpressure=0.3, seed=seed, compare=False)
     assert _fields(out) == algorithm1(ev, **params)
+
+
+# -- the upd stream (upd=True) -----------------------------------------------------------------------------------------
+
+PU = dict(n_flows=16, n_dests=3, n_paths=5, time_bits=8, delay_bits=6, timeout=40, upd=True)
+
+
+def _upd_delay(dest, path, value):
+    return {"upd": {"isolate": 0, "dest": dest, "path": path, "delay": value, "mask": 0}}
+
+
+def _upd_iso(dest, mask):
+    return {"upd": {"isolate": 1, "dest": dest, "path": 0, "delay": 0, "mask": mask}}
+
+
+def upd_hand_worked():
+    """Read after write on ``upd``, worked by hand from the datasheet's rule: a packet taken in the same clock as an
+    update, or later, sees it; a packet taken earlier does not. An ``upd`` event just before a packet is offered in
+    the packet's clock; two ``upd`` events in a row take a clock each. PU: 5 paths, 3 destinations, timeout 40.
+    Destination 1's delays [10, 20, 30, 40, 50] through ``ctl``."""
+    ev = [_delay(1, p, 10 * (p + 1)) for p in range(5)]
+    want = []
+    # A with "path 2 = 5" in its own clock: new, the fastest is now path 2 (without it: path 0)
+    ev += [_upd_delay(1, 2, 5), _pkt(1, 1, 100, 0)]; want += [(2, 1, 0, 1)]
+    # B, then in the next clock "path 3 = 1" with C: B does not see it (path 2), C does (path 3)
+    ev += [_pkt(2, 1, 100, 1)]; want += [(2, 1, 0, 1)]
+    ev += [_upd_delay(1, 3, 1), _pkt(3, 1, 100, 2)]; want += [(3, 1, 0, 1)]
+    # D with "isolate path 3" in its clock: eligible 0, 1, 2, 4 -> path 2 (5) (without it: path 3)
+    ev += [_upd_iso(1, 0b01000), _pkt(4, 1, 100, 3)]; want += [(2, 1, 0, 1)]
+    # "isolate path 2" alone in a clock, then an update of destination 3 (out of range: ignored) with E, next
+    # clock: eligible 0, 1, 3, 4 -> path 3 (1) (with the old mask: path 2)
+    ev += [_upd_iso(1, 0b00100), _upd_iso(3, 0b11111), _pkt(5, 1, 100, 4)]; want += [(3, 1, 0, 1)]
+    # F: A's flow (path 2, stamp 100) at 110, gap 10, "path 2 = 30" in its clock; path 2 is isolated, so the
+    # safe set: 30 - d(q) < 10 for d = [10, 20, 30, 1, 50]: only path 4 (50) -> rerouted to 4 (with path 2 = 5
+    # every path is safe and the fastest eligible, 3, would win)
+    ev += [_upd_delay(1, 2, 30), _pkt(1, 1, 110, 5)]; want += [(4, 0, 1, 1)]
+    # G: C's flow (path 3, d 1, stamp 100) at 120, gap 20, "path 0 = 0" in its clock: 0 < 1 - 0 < 20 -> path 0
+    # (without it: no faster path, stays on 3)
+    ev += [_upd_delay(1, 0, 0), _pkt(3, 1, 120, 6)]; want += [(0, 0, 1, 1)]
+    # H: the same flow back to back at 121 (gap 1, on G's path 0, forwarded); "path 0 = 3" in a clock of its own,
+    # then "path 1 = 2" with H: d = [3, 2, 30, 1, 50], path 2 isolated: 0 < 3 - d(q) < 1 has no solution ->
+    # stays on 0
+    ev += [_upd_delay(1, 0, 3), _upd_delay(1, 1, 2), _pkt(3, 1, 121, 7)]; want += [(0, 0, 0, 1)]
+    # I: a new flow with "path 7" (out of range: ignored) in its clock: d = [3, 2, 30, 1, 50] -> path 3 (1)
+    ev += [_upd_delay(1, 7, 0), _pkt(6, 1, 121, 8)]; want += [(3, 1, 0, 1)]
+    # J: the update in the clock after the packet that would see it: J first (path 3), then "path 4 = 0" with K:
+    # K takes path 4, J did not
+    ev += [_pkt(7, 1, 121, 9)]; want += [(3, 1, 0, 1)]
+    ev += [_upd_delay(1, 4, 0), _pkt(8, 1, 121, 10)]; want += [(4, 1, 0, 1)]
+    # L with an update of destination 2 (its path 1 = 0) in its clock: destination 1 unchanged, d = [3, 2, 30, 1, 0]
+    # -> path 4 (taking destination 2's value for its own path 1 would tie at 0 and win on the lower index: 1)
+    ev += [_upd_delay(2, 1, 0), _pkt(9, 1, 121, 11)]; want += [(4, 1, 0, 1)]
+    return ev, want
+
+
+def test_upd_hand_worked_on_the_rederivation_and_the_golden_model():
+    ev, want = upd_hand_worked()
+    assert algorithm1(ev, **PU) == want
+    assert _fields(run_golden("flb-route", PU, ev)) == want
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_rtl_upd_hand_worked(idle, backpressure):
+    """The read-after-write cases through the RTL (``compare=False``), back to back and with idle input and
+    back-pressure (a group's update and packet are taken in one clock whatever the timing)."""
+    ev, want = upd_hand_worked()
+    out = run_rtl("flb-route", PU, ev, idle=idle, backpressure=backpressure, seed=3, compare=False)
+    assert _fields(out) == want
+
+
+def test_upd_signature():
+    assert "upd" not in RouteRTL(**P).signature.members
+    assert RouteRTL(**PU).latency == 7       # the datasheet: unchanged by upd (measured by the generic tests)
+    lay = RouteRTL(**PU).signature.members["upd"].signature.members["payload"].shape
+    assert {name: Shape.cast(lay[name].shape).width for name in ("isolate", "dest", "path", "delay", "mask")} == {
+        "isolate": 1, "dest": 2, "path": 3, "delay": 6, "mask": 5}
+    with pytest.raises(ValueError):
+        Route(**P).process_stream("upd", {"dest": 0})
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_upd_golden_matches_the_rederivation(seed):
+    rng = random.Random(100 + seed)
+    params = dict(_random_params(rng), upd=True)
+    ev = route_trace(seed, 1500, **params)
+    assert sum("upd" in e for e in ev) > 1000
+    assert _fields(run_golden("flb-route", params, ev)) == algorithm1(ev, **params)
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_rtl_upd_against_the_rederivation(idle, backpressure):
+    """Random ``upd=True`` traces (about one update a clock, most in the clock of a packet of their destination)
+    through the RTL against :func:`algorithm1`."""
+    ev = route_trace(41, 500, **PU)
+    out = run_rtl("flb-route", PU, ev, idle=idle, backpressure=backpressure, seed=6, compare=False)
+    assert _fields(out) == algorithm1(ev, **PU)
+
+
+@pytest.mark.parametrize("testcase", ["reset_mid_traffic", "reset_state"])
+def test_rtl_upd_reset(testcase):
+    """Reset in mid-traffic with updates: the generic tests (RTL against the golden model; the tables kept)."""
+    run_rtl("flb-route", PU, route_trace(23, 400, **PU), testcase=testcase, idle=0.2, backpressure=0.3, seed=2)

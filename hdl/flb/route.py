@@ -4,7 +4,10 @@ section 3.2's isolated paths, section 3.4, Table 1; datasheet docs/flb_route.md)
 Per flow (the flow index, for example the CRC16 of the 5-tuple that the parser layer computes, as the paper's
 16-bit flow ID) the flow table holds a valid bit, the time stamp of the flow's previous packet (in ticks of the
 switch's timer) and its selected path. Per destination edge switch the path delay table holds each path's queueing
-delay (ticks, written through ``ctl``), and the isolation table the set of isolated paths (``ctl``).
+delay (ticks, written through ``ctl``), and the isolation table the set of isolated paths (``ctl``). With
+``upd=True`` both tables are also written per packet through the ``upd`` stream (one write per clock beside the
+packets; a packet taken in the same clock as an update or later sees it: the write lands at S0 and the packet of
+the same clock gets it forwarded at S2).
 
 Algorithm 1, one decision per clock: a new flow (no entry, or an entry idle for ``timeout`` ticks or more) takes the
 minimum-delay path outside the isolated set; an existing flow on path ``p`` with gap ``dt`` since its previous
@@ -42,7 +45,7 @@ from amaranth.lib.wiring import In, Out
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
 
-__all__ = ["Route", "RouteItem", "RouteResult", "check_parameters", "TABLE_DELAY", "TABLE_ISOLATE",
+__all__ = ["Route", "RouteItem", "RouteResult", "RouteUpdate", "check_parameters", "TABLE_DELAY", "TABLE_ISOLATE",
            "PATH_FIELD_BITS"]
 
 TABLE_DELAY = 0     # index = dest << 4 | path, data = queueing delay in ticks (< 2**delay_bits)
@@ -87,6 +90,14 @@ def RouteResult(*, n_flows=65536, n_dests=16, n_paths=8, time_bits=16):
     return data.StructLayout({"kind": PacketKind, "flow": _bits(n_flows), "dest": _bits(n_dests),
                               "now": time_bits, "tag": TAG_BITS, "path": _bits(n_paths), "new": 1,
                               "rerouted": 1, "ok": 1})
+
+
+def RouteUpdate(*, n_dests=16, n_paths=8, delay_bits=16):
+    """One item of the optional ``upd`` stream (``upd=True``): ``isolate`` 0 writes ``delay`` as the delay of
+    (``dest``, ``path``) (a piggybacked measurement arriving at the source edge); ``isolate`` 1 writes ``mask`` as
+    the isolated-path set of ``dest`` (``path`` and ``delay`` unused). Out-of-range ``dest`` or ``path``: ignored."""
+    return data.StructLayout({"isolate": 1, "dest": _bits(n_dests), "path": _bits(n_paths), "delay": delay_bits,
+                              "mask": n_paths})
 
 
 def _below(value, limit):
@@ -204,13 +215,20 @@ class Route(wiring.Component):
     -------
     i : In(stream.Signature(RouteItem(...)))
     o : Out(stream.Signature(RouteResult(...)))
+    upd : In(stream.Signature(RouteUpdate(...)))
+        Only with ``upd=True``: one delay or isolation-mask write per clock beside the packets; a packet taken in
+        the same clock as an update or later sees it (forwarded from S0 to S2 for the same clock).
     ctl : In(ControlSignature())
         Path delays (table 0) and isolated-path sets (table 1), datasheet "Control tables".
     """
 
     latency = 7
 
-    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096):
+    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
+                 upd=False):
+        if not isinstance(upd, bool):
+            raise TypeError(f"upd must be a bool, not {upd!r}")
+        self._upd = upd
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                          delay_bits=delay_bits, timeout=timeout)
         self._nf, self._nd, self._n = n_flows, n_dests, n_paths
@@ -223,6 +241,8 @@ class Route(wiring.Component):
             "o": Out(stream.Signature(RouteResult(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths,
                                                   time_bits=time_bits))),
             "ctl": In(ControlSignature()),
+            **({"upd": In(stream.Signature(RouteUpdate(n_dests=n_dests, n_paths=n_paths, delay_bits=delay_bits)))}
+               if upd else {}),
         })
 
     @property
@@ -301,12 +321,45 @@ class Route(wiring.Component):
         delay_ok = (take_c & (c.table == TABLE_DELAY) & _below(cdest, self._nd) & _below(cpath, self._n)
                     & _below(c.data, 1 << self._db))
         iso_ok = take_c & (c.table == TABLE_ISOLATE) & _below(c.index, self._nd) & _below(c.data, 1 << self._n)
-        m.d.comb += [dwr.addr.eq(cdest), dwr.data.eq(Cat(*[c.data[:self._db]] * self._n)),
-                     iwr.addr.eq(c.index), iwr.data.eq(c.data[:self._n]), iwr.en.eq(iso_ok)]
-        for p in range(self._n):
-            m.d.comb += dwr.en[p].eq(delay_ok & (cpath == p))
+        if not self._upd:
+            m.d.comb += [dwr.addr.eq(cdest), dwr.data.eq(Cat(*[c.data[:self._db]] * self._n)),
+                         iwr.addr.eq(c.index), iwr.data.eq(c.data[:self._n]), iwr.en.eq(iso_ok)]
+            for p in range(self._n):
+                m.d.comb += dwr.en[p].eq(delay_ok & (cpath == p))
+        else:
+            self._update_writes(m, adv, take_i, (cdest, cpath, delay_ok, iso_ok), dwr, iwr)
         with m.If(adv):
             m.d.sync += [s1.valid.eq(take_i), s1.ok.eq(ok), s1.item.eq(i)]
+
+    def _update_writes(self, m, adv, take_i, command, dwr, iwr):
+        """``upd=True``, S0: the ``upd`` stream is taken with the packets (same ready) and never with a command
+        (``ctl`` waiting holds both); an in-range update writes the delay or isolation table on this clock's edge,
+        sharing the command's write ports. The packet taken in the same clock read the old row: the update is
+        matched against its destination here and carried to S2 (``fwd``), which patches the registered row."""
+        cdest, cpath, delay_ok, iso_ok = command
+        c, u = self.ctl.payload, self.upd.payload
+        m.d.comb += self.upd.ready.eq(self.i.ready)
+        take_u = self.upd.valid & self.upd.ready
+        u_dest_ok = take_u & _below(u.dest, self._nd)
+        u_del = u_dest_ok & ~u.isolate & _below(u.path, self._n)
+        u_iso = u_dest_ok & u.isolate
+        m.d.comb += [dwr.addr.eq(Mux(take_u, u.dest, cdest)),
+                     dwr.data.eq(Mux(take_u, Cat(*[u.delay] * self._n), Cat(*[c.data[:self._db]] * self._n))),
+                     iwr.addr.eq(Mux(take_u, u.dest, c.index)),
+                     iwr.data.eq(Mux(take_u, u.mask, c.data[:self._n])), iwr.en.eq(iso_ok | u_iso)]
+        for p in range(self._n):
+            m.d.comb += dwr.en[p].eq((delay_ok & (cpath == p)) | (u_del & (u.path == p)))
+        same = take_i & (u.dest == self.i.payload.dest)
+        self._fwd = {}
+        for k in ("s1", "s2"):
+            self._fwd[k] = dict(delay=Signal(self._n, name=f"{k}_fwd_delay"), iso=Signal(name=f"{k}_fwd_iso"),
+                                value=Signal(self._db, name=f"{k}_fwd_value"),
+                                mask=Signal(self._n, name=f"{k}_fwd_mask"))
+        f1, f2 = self._fwd["s1"], self._fwd["s2"]
+        with m.If(adv):
+            m.d.sync += [f1["delay"][p].eq(same & u_del & (u.path == p)) for p in range(self._n)]
+            m.d.sync += [f1["iso"].eq(same & u_iso), f1["value"].eq(u.delay), f1["mask"].eq(u.mask)]
+            m.d.sync += [f2[key].eq(f1[key]) for key in f1]
 
     def _register_stage(self, m, adv, mem, s):
         """S1: every memory's read data into its own register (nothing in between). Returns S2's
@@ -324,6 +377,14 @@ class Route(wiring.Component):
         are isolated). Loads S3."""
         banks, d2, i2 = ram
         n = self._n
+        if self._upd:
+            # the update taken in the packet's own clock (the RAM row read before its write): patched in here
+            f2, db = self._fwd["s2"], self._db
+            d2p, i2p = Signal(n * db, name="s2_delays_fwd"), Signal(n, name="s2_isolated_fwd")
+            m.d.comb += [d2p[p * db:(p + 1) * db].eq(Mux(f2["delay"][p], f2["value"], d2[p * db:(p + 1) * db]))
+                         for p in range(n)]
+            m.d.comb += i2p.eq(Mux(f2["iso"], f2["mask"], i2))
+            d2, i2 = d2p, i2p
         st3 = Signal(self._stamp, name="s3_stamp")
         d3 = Signal(n * self._db, name="s3_delays")
         elig = Signal(n, name="s3_eligible")

@@ -91,7 +91,8 @@ class Block:
         component = self.build(**params)
         component._MustUse__silence = True
         members = component.signature.members
-        return {name: members[name].signature.members["payload"].shape for name in self.streams}
+        # a stream a parameter leaves out (flb-route's ``upd`` with ``upd=False``) is not a port of that build
+        return {name: members[name].signature.members["payload"].shape for name in self.streams if name in members}
 
     def action_layout(self):
         """The layout of the block's per-frame action, or None."""

@@ -14,7 +14,10 @@ not eligible it takes the fastest eligible ``p'`` with ``delay(p) - delay(p') < 
 previous packet), else the new-flow choice; otherwise the fastest eligible ``p'`` with ``0 < delay(p) - delay(p') <
 dt``, else ``p``.
 
-Also here: :func:`route_trace` (seeded random traces).
+With ``upd=True`` the ``upd`` stream's items (``process_stream``) write a delay or an isolated set, applied in
+trace order (a packet taken in the same clock as an update or later sees it).
+
+Also here: :func:`route_trace` (seeded random traces; with ``upd=True`` mostly updates on ``upd``).
 """
 
 import random
@@ -34,7 +37,9 @@ def _width(n):
 class Route:
     """The path decision's state and rules; parameters are those of the RTL block."""
 
-    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096):
+    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
+                 upd=False):
+        self.upd = upd
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                          delay_bits=delay_bits, timeout=timeout)
         self.n_flows, self.n_dests, self.n_paths = n_flows, n_dests, n_paths
@@ -61,6 +66,21 @@ class Route:
         elif table == TABLE_ISOLATE:
             if index < self.n_dests and value < 1 << self.n_paths:
                 self.isolated[index] = value
+
+    def process_stream(self, name, item):
+        """One item of the ``upd`` stream (``upd=True``), applied at once: the trace puts an update offered in a
+        packet's clock before that packet, so the packet sees it (the datasheet's rule). ``isolate`` 0: the delay
+        of (``dest``, ``path``); 1: the isolated set of ``dest``. Out-of-range ``dest`` or ``path``: ignored."""
+        if name != "upd" or not self.upd:
+            raise ValueError(f"flb-route has no input stream {name!r} (upd={self.upd})")
+        dest = item.get("dest", 0)
+        if dest >= self.n_dests:
+            return None
+        if item.get("isolate", 0):
+            self.isolated[dest] = item.get("mask", 0) & ((1 << self.n_paths) - 1)
+        elif item.get("path", 0) < self.n_paths:
+            self.delay[dest][item["path"]] = item.get("delay", 0) & ((1 << self.delay_bits) - 1)
+        return None
 
     def eligible(self, dest):
         """The paths a non-congested flow may use: the non-isolated ones, or all when every path is isolated."""
@@ -111,8 +131,10 @@ def route_trace(seed, n_items, **params):
     toward a few destinations, back to back or with gaps (so flows reroute, stay, expire, and the timer wraps),
     with delay and isolation updates between packets, every path isolated now and then, and bad input (flows or
     destinations out of range, out-of-range commands, unknown tables)."""
-    p = dict(n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096)
+    p = dict(n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096, upd=False)
     p.update(params)
+    if p["upd"]:
+        return _upd_trace(seed, n_items, p)
     nf, nd, n, tb, db, to = (p["n_flows"], p["n_dests"], p["n_paths"], p["time_bits"], p["delay_bits"],
                              p["timeout"])
     rng = random.Random(seed)
@@ -166,6 +188,70 @@ def route_trace(seed, n_items, **params):
         for _ in range(burst):
             if sent >= n_items:
                 break
+            events.append({"item": {"kind": 1, "flow": flow, "dest": dest, "now": now, "tag": sent & 0xFFFF}})
+            sent += 1
+    return events
+
+
+def _upd_trace(seed, n_items, p):
+    """``upd=True``: the delays and isolated sets arrive mostly on ``upd``, about one update a clock: an update in
+    the same clock as a packet (often of the packet's own destination and of the path its flow is on), updates in
+    clocks of their own, updates out of range; now and then a ``ctl`` command still (it drains the pipeline)."""
+    nf, nd, n, tb, db, to = (p["n_flows"], p["n_dests"], p["n_paths"], p["time_bits"], p["delay_bits"],
+                             p["timeout"])
+    rng = random.Random(seed)
+    pw, dw = _width(n), _width(nd)
+    spread = min(1 << db, max(4, to))
+    events = []
+
+    def delay():
+        r = rng.random()
+        return rng.randrange(min(spread, 8)) if r < 0.5 else rng.randrange(spread if r < 0.9 else 1 << db)
+
+    def update(dest):
+        r = rng.random()
+        if r < 0.05:     # out of range: a destination or (delay updates) a path that does not exist
+            bad_dest = nd < 1 << dw and rng.random() < 0.5
+            return {"upd": {"isolate": int(bad_dest and rng.random() < 0.5),
+                            "dest": rng.randrange(nd, 1 << dw) if bad_dest else dest,
+                            "path": rng.randrange(n, 1 << pw) if n < 1 << pw else rng.randrange(n),
+                            "delay": delay(), "mask": rng.randrange(1 << n)}}
+        if r < 0.17:
+            mask = rng.choice([0, 0, 1 << rng.randrange(n), rng.randrange(1 << n), (1 << n) - 1])
+            return {"upd": {"isolate": 1, "dest": dest, "path": rng.randrange(1 << pw), "delay": rng.randrange(1 << db),
+                            "mask": mask}}
+        return {"upd": {"isolate": 0, "dest": dest, "path": rng.randrange(n), "delay": delay(),
+                        "mask": rng.randrange(1 << n)}}
+
+    for dst in range(min(nd, 8)):
+        for q in range(n):
+            events.append({"ctl": {"table": TABLE_DELAY, "index": dst << 4 | q, "data": delay()}})
+    flows = rng.sample(range(nf), min(nf, rng.randrange(2, 12)))
+    dests = {f: rng.randrange(min(nd, 8)) for f in flows}
+    now = rng.randrange(1 << tb)
+    sent = 0
+    while sent < n_items:
+        r = rng.random()
+        if r < 0.01:
+            events.append({"ctl": {"table": TABLE_DELAY, "index": dests[rng.choice(flows)] << 4 | rng.randrange(n),
+                                   "data": delay()}})
+            continue
+        if r < 0.15:
+            events.append(update(dests[rng.choice(flows)]))     # an update in a clock of its own
+            continue
+        step = rng.choice([0, 0, 1, 1, 2, rng.randrange(to // 2 + 1), rng.randrange(2 * to + 1),
+                           rng.randrange(1 << tb)])
+        now = (now + step) % (1 << tb)
+        if rng.random() < 0.03:
+            flow, dest = rng.randrange(1 << _width(nf)), rng.randrange(1 << dw)
+        else:
+            flow = rng.choice(flows)
+            dest = dests[flow]
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            if sent >= n_items:
+                break
+            if rng.random() < 0.7:      # an update offered with the packet (applies before it)
+                events.append(update(dest if dest < nd and rng.random() < 0.8 else dests[rng.choice(flows)]))
             events.append({"item": {"kind": 1, "flow": flow, "dest": dest, "now": now, "tag": sent & 0xFFFF}})
             sent += 1
     return events
