@@ -63,7 +63,7 @@ DATASHEET_LEVELS = {
     "flb-cnm": 5,           # docs/flb_cnm.md: 5, core and top
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
-    "selb-reroute": 6,      # docs/selb_reroute.md: 6 (core; the AXI4-Lite top measures 7)
+    "selb-reroute": 5,      # docs/selb_reroute.md: 5, core and top
 }
 
 

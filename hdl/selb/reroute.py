@@ -73,6 +73,23 @@ def _entry(n_paths, time_bits):
     return data.StructLayout({"valid": 1, "path": _bits(n_paths), "inflight": 1, "since": time_bits, "epoch": 1})
 
 
+def _pick(sel, a, b):
+    """Mux(sel, a, b) of two 1-bit tests, as AND-OR: Yosys's opt_share would pull a $mux of two comparisons with a
+    common operand in front of one comparator, putting the select (a late decision) before the comparison."""
+    return (sel & a) | (~sel & b)
+
+
+def _less(a, b):
+    """(a < b, a == b), unsigned, as a balanced tree of gates (no carry chain): the high half decides unless
+    equal."""
+    if len(a) == 1:
+        return ~a[0] & b[0], ~(a[0] ^ b[0])
+    h = len(a) // 2
+    lt_lo, eq_lo = _less(a[:h], b[:h])
+    lt_hi, eq_hi = _less(a[h:], b[h:])
+    return lt_hi | (eq_hi & lt_lo), eq_hi & eq_lo
+
+
 def _first_set(bits):
     """(any, index of the lowest set bit) of a list of 1-bit values, as a balanced tree."""
     if len(bits) == 1:
@@ -150,6 +167,9 @@ class Reroute(wiring.Component):
                     stale=Signal(name="d_stale"), to_short=Signal(name="d_to_short"),
                     exp=Signal(3, name="s4_aged"), exp_hit=Signal(name="s4_aged_hit"),
                     exp_moved=Signal(name="s4_aged_moved"),
+                    alt_r=Signal(self._n, name="s1_alt_rot"),       # alt rotated by the draw's low 2 bits
+                    # registered beside the entry: its valid & inflight, not stale & congested, alt empty
+                    busy=Signal(name="s4_busy"), live=Signal(name="d_live"), empty=Signal(name="d_alt_empty"),
                     ent=Signal(ent, name="s4_entry"), cand=Signal(pb, name="s4_cand"),
                     # the decision of the previous adv (forwarded to the item in S1 that read the table then)
                     r1_v=Signal(name="r1_valid"), r1_flow=Signal(_bits(self._nf), name="r1_flow"),
@@ -175,7 +195,9 @@ class Reroute(wiring.Component):
         with m.If(take):
             m.d.sync += lfsr.eq(Cat(lfsr[15] ^ lfsr[13] ^ lfsr[12] ^ lfsr[10], lfsr[:15]))
         with m.If(adv):
-            m.d.sync += [v["s1"].eq(take), s["s1"].eq(self.i.payload), start["s1"].eq(lfsr[:self._pb])]
+            m.d.sync += [v["s1"].eq(take), s["s1"].eq(self.i.payload), start["s1"].eq(lfsr[:self._pb]),
+                         # the rotation by the draw's low two bits here (one LUT), the rest at S1 -> S2
+                         d["alt_r"].eq(self._rotate(self.i.payload.alt, lfsr[:self._pb], 0, 2))]
 
     def _middle(self, m, adv, rd, s, v, start, d):
         """S1 -> S2: the table's data registered as read, with the forwarding decided beside it (the decision in
@@ -191,41 +213,55 @@ class Reroute(wiring.Component):
         ng = n // gs
         gany = Signal(ng, name="s3_group_any")
         gcand = [Signal(pb, name=f"s3_group_cand{g}") for g in range(ng)]
-        now_hit = lambda item: v["s4"] & (item.flow == s["s4"].flow)        # noqa: E731
+        # S4 holds the item's flow: for the items in S2 and S3, registered a stage early (all stages move together)
+        near = {k: Signal(name=f"{k}_hit_s4") for k in ("s2", "s3")}
+        now_hit = lambda item: near[item] if item in near else v["s4"] & (s[item].flow == s["s4"].flow)  # noqa: E731
         r1_hit = lambda item: d["r1_v"] & (item.flow == d["r1_flow"])        # noqa: E731
-        alt1 = s["s1"].alt
+        h = self._hold.bit_length() - 1
+        now_m1 = Signal(self._tb - h, name="s3_now_hi_m1")     # the item's now, high bits, minus 1 (for _aged)
         with m.If(adv):
+            m.d.sync += [near["s2"].eq(v["s3"] & (s["s1"].flow == s["s3"].flow)),
+                         near["s3"].eq(v["s3"] & (s["s2"].flow == s["s3"].flow))]
             m.d.sync += [v["s2"].eq(v["s1"]), s["s2"].eq(s["s1"]), start["s2"].eq(start["s1"]), raw.eq(rd.data),
-                         hit.eq(now_hit(s["s1"]) | r1_hit(s["s1"])),
-                         hv.eq(Mux(now_hit(s["s1"]), d["new"], d["r1"])), rot.eq(self._rotate(alt1, start["s1"]))]
+                         hit.eq(now_hit("s1") | r1_hit(s["s1"])),
+                         hv.eq(Mux(now_hit("s1"), d["new"], d["r1"])),
+                         rot.eq(self._rotate(d["alt_r"], start["s1"], 2, self._pb))]
             # per group: any set bit, and the path of its first one (the group's base and the draw added)
             for g in range(ng):
                 any_g, idx_g = _first_set(list(rot[g * gs:(g + 1) * gs]))
                 m.d.sync += [gany[g].eq(any_g), gcand[g].eq((idx_g + g * gs + start["s2"])[:pb])]
             m.d.sync += [v["s3"].eq(v["s2"]), s["s3"].eq(s["s2"]), start["s3"].eq(start["s2"]),
-                         e3.eq(Mux(now_hit(s["s2"]), d["new"], Mux(hit, hv, raw)))]
+                         now_m1.eq(s["s2"].now[h:] - 1),
+                         e3.eq(Mux(now_hit("s2"), d["new"], Mux(hit, hv, raw)))]
             # whether the hold has passed for the item entering S4, from registers only: against its entry's time,
             # or, when S4 now holds the same flow, against S4's now (if S4 moves it) or S4's entry's time
-            exp_a = self._aged(s["s3"].now, e3.since)
-            exp_b = self._aged(s["s3"].now, s["s4"].now)
-            exp_c = self._aged(s["s3"].now, d["ent"].since)
+            exp_a = self._aged(s["s3"].now, now_m1, e3.since)
+            exp_b = self._aged(s["s3"].now, now_m1, s["s4"].now)
+            exp_c = self._aged(s["s3"].now, now_m1, d["ent"].since)
             # the three registered as they are, with the choice's selects (S4 chooses: one level)
-            m.d.sync += [d["exp"].eq(Cat(exp_a, exp_b, exp_c)), d["exp_hit"].eq(now_hit(s["s3"])),
+            m.d.sync += [d["exp"].eq(Cat(exp_a, exp_b, exp_c)), d["exp_hit"].eq(now_hit("s3")),
                          d["exp_moved"].eq(d["move"])]
             # the current path and staleness of the item entering S4, also from registers and S4's move only
             p3 = s["s3"].path
-            m.d.sync += [d["cur"].eq(Mux(now_hit(s["s3"]), d["new"].path, Mux(e3.valid, e3.path, p3))),
-                         d["stale"].eq(Mux(now_hit(s["s3"]), Mux(d["move"], p3 != d["cand"], p3 != d["cur"]),
-                                           e3.valid & (p3 != e3.path)))]
+            stale3 = Mux(now_hit("s3"), _pick(d["move"], p3 != d["cand"], p3 != d["cur"]), e3.valid & (p3 != e3.path))
+            m.d.sync += [d["cur"].eq(Mux(now_hit("s3"), d["new"].path, Mux(e3.valid, e3.path, p3))),
+                         d["stale"].eq(stale3), d["live"].eq(~stale3 & s["s3"].congested),
+                         d["busy"].eq(Mux(now_hit("s3"), d["new"].inflight, e3.valid & e3.inflight)),
+                         d["empty"].eq(s["s3"].alt == 0)]
             m.d.sync += [v["s4"].eq(v["s3"]), s["s4"].eq(s["s3"]),
-                         d["ent"].eq(Mux(now_hit(s["s3"]), d["new"], e3)),
+                         d["ent"].eq(Mux(now_hit("s3"), d["new"], e3)),
                          d["cand"].eq(self._first_group(gany, gcand, s["s3"].shortest))]
             m.d.sync += [d["r1_v"].eq(v["s4"]), d["r1_flow"].eq(s["s4"].flow), d["r1"].eq(d["new"])]
 
-    def _aged(self, now, since):
-        """(now - since) mod 2**time_bits >= hold, hold a power of two: a bit of the difference at or above it."""
+    def _aged(self, now, now_m1, since):
+        """(now - since) mod 2**time_bits >= hold, hold a power of two: a bit of the difference at or above it.
+        Without a subtractor: the high bits of the difference are ``now_hi - since_hi - b`` (b: the low bits
+        borrow, now_lo < since_lo), zero exactly when since_hi equals now_hi, or now_hi - 1 (``now_m1``,
+        registered with the item) when b; two equality tests picked by b."""
         h = self._hold.bit_length() - 1
-        return (now - since)[h:self._tb] != 0
+        if h == 0:
+            return now != since
+        return _pick(_less(now[:h], since[:h])[0], since[h:] != now_m1, since[h:] != now[h:])
 
     def _first_group(self, gany, gcand, shortest):
         """The candidate of the first group with a set bit, else ``shortest`` (one-hot AND-OR)."""
@@ -236,11 +272,12 @@ class Reroute(wiring.Component):
             before = before | gany[g] if g else gany[g]
         return Mux(gany != 0, acc, shortest)
 
-    def _rotate(self, alt, r):
-        """``alt`` rotated right by ``r``: bit b of the result is alt[(b + r) mod n], by log2 n shift stages."""
+    def _rotate(self, alt, r, lo, hi):
+        """``alt`` rotated right by r's bits lo to hi - 1 (bit b of the result is alt[(b + r') mod n], r' those
+        bits of r), one shift stage a bit."""
         n = self._n
         x = alt
-        for k in range(self._pb):
+        for k in range(lo, min(hi, self._pb)):
             sh = 1 << k
             if sh >= n:
                 break
@@ -252,14 +289,14 @@ class Reroute(wiring.Component):
         up on another path than the table's), whether a reroute may start (none in flight, or ``hold`` ticks since
         the last), the move, the new entry."""
         e, new = d["ent"], d["new"]
-        cur, stale = d["cur"], d["stale"]     # registered at S3 -> S4
+        cur = d["cur"]     # registered at S3 -> S4, as are d_stale, and d_live (not stale, congested), s4_busy
         # (now - since) mod 2**time_bits >= hold, the three cases registered at S3 -> S4
         x = d["exp"]
         expired = Mux(d["exp_hit"], Mux(d["exp_moved"], x[1], x[2]), x[0])
-        inflight = e.valid & e.inflight & ~expired
-        move = ~stale & item.congested & ~inflight & (d["cand"] != cur)
+        inflight = d["busy"] & ~expired
+        move = d["live"] & ~inflight & (d["cand"] != cur)
         m.d.comb += [d["move"].eq(move),
-                     d["to_short"].eq(move & (item.alt == 0)),
+                     d["to_short"].eq(move & d["empty"]),
                      new.valid.eq(1), new.path.eq(Mux(move, d["cand"], cur)), new.inflight.eq(move | inflight),
                      new.since.eq(Mux(move, item.now, e.since)), new.epoch.eq((e.valid & e.epoch) ^ move)]
 
