@@ -20,13 +20,16 @@ __all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_
            "run_switch", "PROGRAMS", "P4_DIR", "load_test", "run_test", "replay", "themis_d_params",
            "themis_d_classes", "compare", "crc16", "flb_edge_params", "flb_edge_commands", "flb_tick",
            "flb_decision", "flb_route_frames", "replay_items", "ctl_positions", "themis_d_inband",
-           "themis_d_golden", "compare_classes", "themis_d_ctl_frame", "themis_s_inband", "golden_between"]
+           "themis_d_golden", "compare_classes", "themis_d_ctl_frame", "themis_s_inband", "golden_between",
+           "selb_tor_params", "selb_tor_commands", "selb_cluster_commands", "selb_tick", "selb_decision",
+           "selb_reroute_frames"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
 
 #: The P4 programs and the lbpipe block whose golden model they follow.
-PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route"}
+PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route",
+            "selb_tor": "selb-reroute"}
 
 #: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
 THEMIS_D_MAX_QPS = 2048
@@ -530,8 +533,8 @@ def replay(block, params, frames, ctl, tools=None):
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
-    if block == "flb-route":
-        raise ValueError("flb-route is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
+    if block in ("flb-route", "selb-reroute"):
+        raise ValueError(f"{block} is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
     expect = len(frames)
     if block == "themis-d-wire":
         full = themis_d_params(params)
@@ -698,8 +701,11 @@ def flb_route_frames(events, params):
 def replay_items(block, params, events, tools=None):
     """``lbpipe replay flb-route TRACE --engine bmv2``: the metadata trace through p4/flb_edge.p4 on bmv2
     (:func:`flb_route_frames`); returns the output items, the golden model's fields read off the frames."""
+    if block == "selb-reroute":
+        return _selb_replay_items(params, events, tools)
     if block != "flb-route":
-        raise ValueError(f"--engine bmv2 runs metadata traces of flb-route only (flb_edge.p4), not {block}")
+        raise ValueError(f"--engine bmv2 runs metadata traces of flb-route (flb_edge.p4) and selb-reroute "
+                         f"(selb_tor.p4) only, not {block}")
     commands, frames, n_items = flb_route_frames(events, params)
     tools = tools or find_toolchain()
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
@@ -710,4 +716,162 @@ def replay_items(block, params, events, tools=None):
         d = flb_decision(frame)
         items.append({"kind": d["kind"], "flow": d["flow"], "dest": d["dest"], "now": d["now"], "tag": d["tag"],
                       "path": d["path"], "new": d["new"], "rerouted": d["rerouted"], "ok": d["ok"]})
+    return items
+
+
+# -- SELB (p4/selb_tor.p4, block selb-reroute) -------------------------------------------------------------------------
+
+#: The test harness header of selb_tor.p4 (p4/README.md): its EtherType and length; its flow table is built with
+#: 4,096 entries, its cluster tables with 64 paths and 64 clusters.
+SELB_TICK_TYPE = 0x88B5
+SELB_TICK_LEN = 37
+SELB_MAX_CLUSTERS = 64
+#: The control plane's register tables (harness op 2, ``table``): the register each writes.
+SELB_REGISTERS = {0: "r_cluster", 1: "r_congested", 2: "r_alt", 3: "r_shortest"}
+
+
+def selb_tor_params(params):
+    """The ``selb-reroute`` parameters with their defaults, checked against what p4/selb_tor.p4 models (every
+    value the block takes, but ``time_bits`` 16 only); raises ValueError with one line for the others."""
+    full = {"n_flows": 1024, "n_paths": 64, "time_bits": 16, "hold": 32, "lfsr_seed": 0xB5AD}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"selb-reroute has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.selb.reroute import check_parameters
+    check_parameters(**full)
+    if full["time_bits"] != 16:
+        raise ValueError("selb_tor.p4 models time_bits 16 only (16-bit ticks)")
+    return full
+
+
+def _selb_cp_ok(table, index, data, n_paths):
+    """selb_tor.p4's range rules for a control-plane register write (harness op 2)."""
+    return (table == 0 and index < n_paths and data < SELB_MAX_CLUSTERS) or \
+        (table == 1 and index < n_paths and data < 2) or \
+        (table == 2 and index < SELB_MAX_CLUSTERS and data < 1 << n_paths) or \
+        (table == 3 and index == 0 and data < n_paths)
+
+
+def selb_cluster_commands(published, k):
+    """The control plane's translation of ``selb-cluster``'s published result (sim/selb/cluster.py ``Cluster``'s
+    ``published``: per path its cluster, backup flag, congested flag; the shortest path) into selb_tor.p4 register
+    writes (``{table, index, data}``, harness op 2): every path's cluster and congested flag, each of the ``k``
+    clusters' ``alt`` mask (its paths not congested), the shortest path. The backup flag is not needed."""
+    cluster, _, congested, shortest = published
+    cmds = [{"table": 0, "index": p, "data": c} for p, c in enumerate(cluster)]
+    cmds += [{"table": 1, "index": p, "data": int(c)} for p, c in enumerate(congested)]
+    for j in range(k):
+        mask = sum(1 << p for p, c in enumerate(cluster) if c == j and not congested[p])
+        cmds.append({"table": 2, "index": j, "data": mask})
+    cmds.append({"table": 3, "index": 0, "data": shortest})
+    return cmds
+
+
+def selb_tor_commands(params, writes=()):
+    """``simple_switch_CLI`` lines for p4/selb_tor.p4: the configuration (n_paths, n_flows - 1 as the flow mask,
+    hold), the LFSR's seed, then the control-plane register writes ``writes`` (``{table, index, data}``) applied in
+    order with the program's range rules (out of range or another table: nothing; the last write wins)."""
+    p = selb_tor_params(params)
+    state = {("r_lfsr", 0): p["lfsr_seed"]}
+    for cmd in writes:
+        table, index, data = _flb_ctl(cmd)
+        if _selb_cp_ok(table, index, data, p["n_paths"]):
+            state[(SELB_REGISTERS[table], index)] = data
+    lines = [f"table_set_default selb_config set_config {p['n_paths']} {p['n_flows'] - 1} {p['hold']}"]
+    return lines + [f"register_write {name} {index} {data}" for (name, index), data in state.items()]
+
+
+def selb_tick(op=0, *, kind=0, tag=0, now=0, path=0, table=0, index=0, data=0, ether_type=0x0800):
+    """The test harness header of selb_tor.p4 as it goes in (the output fields zero)."""
+    import struct
+    return struct.pack("!BBHIBB", op, kind, tag, now, path, table) + index.to_bytes(3, "big") + \
+        struct.pack("!Q", data) + bytes(14) + struct.pack("!H", ether_type)
+
+
+def selb_decision(frame):
+    """What selb_tor.p4 wrote into a frame's harness header: ``{kind, tag, now, path_in, flow, path, ok, tail,
+    epoch, stale, congested, new, cluster, shortest, alt}``, or None for a frame without it."""
+    import struct
+    if len(frame) < 14 + SELB_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != SELB_TICK_TYPE:
+        return None
+    _, kind, tag, now, path_in = struct.unpack_from("!BBHIB", frame, 14)
+    flow, path, flags, cluster, shortest, alt = struct.unpack_from("!HBBBBQ", frame, 14 + 21)
+    return {"kind": kind, "tag": tag, "now": now, "path_in": path_in, "flow": flow, "path": path,
+            "ok": flags & 1, "tail": flags >> 1 & 1, "epoch": flags >> 2 & 1, "stale": flags >> 3 & 1,
+            "congested": flags >> 4 & 1, "new": flags >> 5 & 1, "cluster": cluster, "shortest": shortest, "alt": alt}
+
+
+def _ipv4_udp(src, dst, sport, flow):
+    """An IPv4/UDP packet (18 zero bytes of payload) whose destination port makes the CRC16 of its 5-tuple
+    ``flow``."""
+    import struct
+    dport = _port_for(src + dst + bytes([17]) + struct.pack("!H", sport), flow)
+    udp = struct.pack("!HHHH", sport, dport, 8 + 18, 0) + bytes(18)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, src, dst))
+    total = sum(struct.unpack("!10H", ip))
+    total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into("!H", ip, 10, ~((total & 0xFFFF) + (total >> 16)) & 0xFFFF)
+    return bytes(ip) + udp
+
+
+def selb_reroute_frames(events, params):
+    """A ``selb-reroute`` metadata trace (``lbpipe trace selb-reroute``) as p4/selb_tor.p4's input: ``(commands,
+    frames, n_items)``. The fixed encoding (p4/README.md): the control plane puts every path in its own cluster
+    (``r_cluster[p] = p``); before each item, op-2 register writes set what differs of the item's ``congested``
+    (``r_congested[path]``), ``alt`` (``r_alt[path]``) and ``shortest``, so the program's lookup gives the item's
+    fields; the block's own ``ctl`` commands go in-band as op 1 (ignored, as by the block). Each item becomes an
+    IPv4/UDP frame from 10.255.0.1 port 4096 to 10.0.0.1 whose destination port makes the CRC16 of its 5-tuple the
+    item's flow; its tick, lookup path, kind and tag ride in the harness header."""
+    import ipaddress
+    import struct
+    p = selb_tor_params(params)
+    n = p["n_paths"]
+    commands = selb_tor_commands(p, [{"table": 0, "index": q, "data": q} for q in range(n)])
+    src, dst = ipaddress.IPv4Address("10.255.0.1").packed, ipaddress.IPv4Address("10.0.0.1").packed
+    eth = bytes.fromhex("020000000002" "020000000001") + struct.pack("!H", SELB_TICK_TYPE)
+    congested, alt, shortest = [0] * n, [0] * n, 0
+    frames, n_items = [], 0
+
+    def write(table, index, data):
+        frames.append(eth + selb_tick(2, table=table, index=index, data=data) + bytes(32))
+
+    for event in events:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(eth + selb_tick(1, table=table, index=index, data=data) + bytes(32))
+            continue
+        item = event["item"]
+        flow, now, path = item.get("flow", 0), item.get("now", 0), item.get("path", 0)
+        cg, mask, sh = item.get("congested", 0), item.get("alt", 0), item.get("shortest", 0)
+        if not (0 <= flow < p["n_flows"] and 0 <= now < 65536 and 0 <= path < n and cg in (0, 1)
+                and 0 <= mask < 1 << n and 0 <= sh < n):
+            raise ValueError(f"selb_tor.p4 takes flows below n_flows, 16-bit ticks, paths below n_paths, an "
+                             f"n_paths-bit alt, not {item!r}")
+        if congested[path] != cg:
+            congested[path] = cg
+            write(1, path, cg)
+        if alt[path] != mask:
+            alt[path] = mask
+            write(2, path, mask)
+        if shortest != sh:
+            shortest = sh
+            write(3, 0, sh)
+        tick = selb_tick(0, kind=item.get("kind", 0), tag=item.get("tag", 0), now=now, path=path)
+        frames.append(eth + tick + _ipv4_udp(src, dst, 4096, flow))
+        n_items += 1
+    return commands, frames, n_items
+
+
+def _selb_replay_items(params, events, tools):
+    commands, frames, n_items = selb_reroute_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "selb_tor.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    items = []
+    for frame in out:
+        d = selb_decision(frame)
+        items.append({"kind": d["kind"], "tag": d["tag"], "flow": d["flow"], "path": d["path"], "tail": d["tail"],
+                      "epoch": d["epoch"]})
     return items

@@ -58,7 +58,11 @@ TESTS_D_ALL = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "t
 TESTS_D_CTL = [n for n in TESTS_D_ALL if (P4 / "sim" / f"test-{n}" / "trace.pcap").exists()]
 TESTS_D = [n for n in TESTS_D_ALL if n not in TESTS_D_CTL]
 #: FLB tests (flb_edge.p4).
-TESTS_FLB = [n for n in ALL_TESTS if n not in TESTS_S_ALL and n not in TESTS_D_ALL]
+TESTS_FLB = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+             == "flb-route"]
+#: SELB tests (selb_tor.p4).
+TESTS_SELB = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+              == "selb-reroute"]
 
 
 @pytest.fixture(scope="module")
@@ -469,7 +473,7 @@ def test_flb_commands_from_ctl():
         p4.flb_edge_commands([{"table": 0, "index": 1 << 24, "data": 0}], params, [])
     with pytest.raises(ValueError, match="metadata block"):
         p4.replay("flb-route", {}, [], [])
-    with pytest.raises(ValueError, match="flb-route only"):
+    with pytest.raises(ValueError, match="metadata traces of flb-route"):
         p4.replay_items("themis-s-wire", {}, [])
 
 
@@ -752,3 +756,139 @@ def test_cli_replay_themis_s_between_bmv2(tools, tmp_path):
         assert done.returncode == 0, done.stderr
     expected = _golden_s_ctl(read_pcap(where / "trace.pcap"), read_events(where / "ctl.jsonl"), 4)[0]
     assert read_pcap(outs["bmv2"]) == read_pcap(outs["golden"]) == expected
+
+
+# -- SELB (selb_tor.p4) -----------------------------------------------------------------------------------------------
+
+def _selb_expected(name):
+    """Re-derived here from the test's commands.txt and input frames alone: the configuration and registers the
+    CLI lines set, each in-band register write (op 2) applied with the program's range rules (written again here:
+    cluster < 64 for a path below n_paths, congested 0/1, an alt mask of n_paths bits for a cluster below 64, a
+    shortest path below n_paths at index 0), each packet's flow the low log2 n_flows bits of this file's CRC16 of
+    its 5-tuple, its cluster fields the registers' for its lookup path; the golden model sim/selb/reroute.py fed
+    that. Returns ``(test, expected frames, [(item, golden output, stale)])``."""
+    import ipaddress
+    from scapy.layers.inet import IP, TCP, UDP
+    from lbpipe.sim.selb.reroute import Reroute
+    test = p4.load_test(name)
+    regs = {"r_cluster": {}, "r_congested": {}, "r_alt": {}, "r_shortest": {}, "r_lfsr": {}}
+    for line in test["commands"]:
+        words = line.split()
+        if words[:3] == ["table_set_default", "selb_config", "set_config"]:
+            n, mask, hold = (int(w) for w in words[3:])
+        else:
+            assert words[0] == "register_write", line
+            regs[words[1]][int(words[2])] = int(words[3])
+    model = Reroute(n_flows=mask + 1, n_paths=n, hold=hold, lfsr_seed=regs["r_lfsr"][0])
+    frames, rows = [], []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5
+        op, kind, tag, now, path, table = struct.unpack_from("!BBHIBB", frame, 14)
+        index, (data,) = int.from_bytes(frame[24:27], "big"), struct.unpack_from("!Q", frame, 27)
+        if op == 1:
+            model.control({"table": table, "index": index, "data": data})
+        if op == 2:
+            if (table == 0 and index < n and data < 64) or (table == 1 and index < n and data < 2) or \
+                    (table == 2 and index < 64 and data >> n == 0) or (table == 3 and index == 0 and data < n):
+                regs[("r_cluster", "r_congested", "r_alt", "r_shortest")[table]][index] = data
+        if op != 0:
+            continue
+        if struct.unpack_from("!H", frame, 49)[0] != 0x0800:
+            frames.append(frame)                        # not a flow: the header's output fields stay 0
+            continue
+        ip = IP(frame[51:])
+        ports = (0, 0)
+        if ip.flags.MF == 0 and ip.frag == 0 and (TCP in ip or UDP in ip):
+            l4 = ip[TCP] if TCP in ip else ip[UDP]
+            ports = (l4.sport, l4.dport)
+        flow = _crc16_arc(ipaddress.IPv4Address(ip.src).packed + ipaddress.IPv4Address(ip.dst).packed
+                          + struct.pack("!BHH", ip.proto, *ports)) & mask
+        path &= n - 1
+        cluster = regs["r_cluster"].get(path, 0)
+        cg, alt, sh = regs["r_congested"].get(path, 0), regs["r_alt"].get(cluster, 0), regs["r_shortest"].get(0, 0)
+        item = {"kind": kind, "tag": tag, "flow": flow, "now": now & 0xFFFF, "path": path, "congested": cg,
+                "alt": alt, "shortest": sh}
+        entry = model.flows.get(flow)
+        stale, new = int(entry is not None and entry[0] != path), int(entry is None)
+        out = model.process(item)
+        rows.append((item, out, stale))
+        flags = 1 | out["tail"] << 1 | out["epoch"] << 2 | stale << 3 | cg << 4 | new << 5
+        frames.append(frame[:35] + struct.pack("!HBBBBQ", flow, out["path"], flags, cluster, sh, alt) + frame[49:])
+    return test, frames, rows
+
+
+#: selb-cases, worked by hand (make_selb_tests.py's comments): tag -> (path out, tail). The moves' destinations
+#: follow the LFSR from 0xACE1 (draws 1, 3, 7 for the first three packets at 8 paths: docs/selb_reroute.md).
+SELB_CASES = {0: (2, 1), 1: (1, 0), 2: (5, 1), 3: (7, 0), 24: (7, 0), 25: (7, 0), 26: (7, 1), 27: (1, 0),
+              28: (1, 0), 31: (1, 0), 34: (0, 1), 38: (3, 0), 39: (3, 0), 40: (3, 1), 49: (6, 1), 50: (0, 0),
+              51: (1, 1), 55: (1, 0)}
+
+
+def test_selb_commands():
+    """Hand-worked: the configuration, the seed, the last register write wins, out-of-range writes ignored; the
+    translation of a published clustering; parameters refused."""
+    params = dict(n_paths=4, n_flows=8, hold=4, lfsr_seed=7)
+    writes = [{"table": 0, "index": 3, "data": 1}, {"table": 0, "index": 3, "data": 2},
+              {"table": 0, "index": 4, "data": 1}, {"table": 1, "index": 0, "data": 2},
+              {"table": 2, "index": 63, "data": 0b1111}, {"table": 2, "index": 1, "data": 0b10000},
+              {"table": 3, "index": 0, "data": 4}, {"table": 3, "index": 0, "data": 3}, {"table": 5, "index": 0}]
+    assert p4.selb_tor_commands(params, writes) == [
+        "table_set_default selb_config set_config 4 7 4", "register_write r_lfsr 0 7",
+        "register_write r_cluster 3 2", "register_write r_alt 63 15", "register_write r_shortest 0 3"]
+    published = ([1, 0, 1, 1], [0, 1, 0, 0], [0, 0, 1, 0], 2)
+    assert p4.selb_cluster_commands(published, 2) == [
+        {"table": 0, "index": 0, "data": 1}, {"table": 0, "index": 1, "data": 0}, {"table": 0, "index": 2, "data": 1},
+        {"table": 0, "index": 3, "data": 1}, {"table": 1, "index": 0, "data": 0}, {"table": 1, "index": 1, "data": 0},
+        {"table": 1, "index": 2, "data": 1}, {"table": 1, "index": 3, "data": 0},
+        {"table": 2, "index": 0, "data": 0b0010}, {"table": 2, "index": 1, "data": 0b1001},
+        {"table": 3, "index": 0, "data": 2}]
+    for bad in (dict(time_bits=20), dict(n_paths=128), dict(n_flows=8192), dict(hold=3), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.selb_tor_commands(dict(params, **bad))
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("selb-reroute", {}, [], [])
+    with pytest.raises(ValueError, match="selb_tor.p4 takes"):
+        p4.selb_reroute_frames([{"item": {"flow": 8, "path": 0}}], params)
+
+
+@pytest.mark.parametrize("name", TESTS_SELB)
+def test_selb_stored_files_match_golden(name):
+    """commands.txt comes from ctl.jsonl through lbpipe/p4.py; packets_out.pcap and trace.jsonl are what this file
+    re-derives from packets_in.pcap and commands.txt; selb-cases' decisions are the hand-worked ones."""
+    test, frames, rows = _selb_expected(name)
+    assert test["commands"] == p4.selb_tor_commands(test["params"], _ctl(name))
+    assert test["expected"] == frames
+    items = [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    assert [item for item, _, _ in rows] == items
+    if name == "selb-cases":
+        assert {o["tag"]: (o["path"], o["tail"]) for _, o, _ in rows if o["tag"] in SELB_CASES} == SELB_CASES
+    tails = [(item, out) for item, out, _ in rows if out["tail"]]
+    assert tails and any(item["alt"] == 0 for item, _ in tails), "moves, and moves to the shortest path"
+    assert any(stale for _, _, stale in rows)
+
+
+@pytest.mark.parametrize("name", TESTS_SELB)
+def test_selb_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs selb_tor.p4 on the test's frames: every packet leaves with the decision the golden model makes
+    when fed what this file re-derives (and the flow, and the cluster fields the registers gave); the in-band
+    register writes and block commands are dropped."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "selb_tor.p4"])
+    _, expected, _ = _selb_expected(name)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(out, expected)):
+        assert a == b, f"packet #{i}: bmv2 {p4.selb_decision(a)}, golden {p4.selb_decision(b)}"
+
+
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on selb-reroute")
+def test_cli_replay_selb_bmv2(tools, tmp_path):
+    """``lbpipe replay selb-reroute TRACE --engine bmv2`` writes the items the golden engine writes (selb-mixed)."""
+    test = json.loads((P4 / "sim" / "test-selb-mixed" / "test.json").read_text())
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.jsonl"
+        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "selb-reroute",
+                               str(P4 / "sim" / "test-selb-mixed" / "trace.jsonl"), *flags, "--engine", engine,
+                               "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
