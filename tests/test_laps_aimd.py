@@ -242,6 +242,26 @@ def test_rates_clamped():
     assert _rates(out) == [(4 * A + A // 2, 5 * A, 1, 1, 1, 1), (5 * A, 5 * A, 2, 1, 1, 1)]
 
 
+def test_creation_clamps_and_removal_zeros_rtl():
+    """A create's rates go through the increase's adder, compare pair and clamp in the RTL (datasheet, Control):
+    both rates clamped, line rate winning over crossed limits, a remove leaving zeros (worked by hand; golden and
+    RTL)."""
+    p = dict(P4, line_rate=8 * A, min_rate=A)
+    look = lambda flow, tag: _ack(flow, 0, CALM, tag=tag, kind=0)     # not an ACK: reports the state
+    ev = _create(1, 9 * A, 0, **p) + [look(1, 1)]
+    ev += [{"ctl": c} for c in aimd_commands(remove=[1], **p)] + [_ack(1, 10_000, CALM, tag=2)]
+    ev += [{"ctl": c} for c in aimd_commands(limits=(5 * A, 6 * A), **p)]
+    ev += _create(2, A, 9 * A, **p) + _create(1, 7 * A, 2 * A, **p) + [look(2, 3), look(1, 4)]
+    ev += [{"ctl": c} for c in aimd_commands(limits=(8 * A, 2 * A), **p)] + _create(3, 3 * A, A // 2, **p)
+    ev += [look(3, 5)]
+    # flow 1: cur 9a -> 8a, exp 0 -> a; removed: zeros, hit 0; limits crossed (min 6a > line 5a): both rates of
+    # flows 2 and 1 become 5a; limits [2a, 8a]: flow 3 keeps 3a and its expected a/2 rises to 2a
+    want = [(8 * A, A, 0, 0, 0, 1), (0, 0, 0, 0, 0, 0), (5 * A, 5 * A, 0, 0, 0, 1), (5 * A, 5 * A, 0, 0, 0, 1),
+            (3 * A, 2 * A, 0, 0, 0, 1)]
+    assert _rates(_run(p, ev)) == want
+    assert _rates(_run(p, ev, rtl=True)) == want
+
+
 def test_windows_across_the_48_bit_wrap():
     """A deadline past 2**48 wraps; the modular test keeps it right. Flow 1: increase at 2**48 - 1000 sets the
     deadline 1000 (after the wrap); 2**48 - 500 is before it (a plain compare would say after), 999 too, 1000 has

@@ -13,7 +13,9 @@ Pipeline (banks B0..B6 and RW, all moved by one ``adv``; latency 8 for every par
 
     B0 slots, state read issued -> B1..BL trees        -> BL+1 base_val < t (paper), deadlines (low)
                                                           -> BL+2 t > T, deadlines (high)
-                                   B1 state register   -> B2 .. B5 window tests, candidate rates
+                                   B1 state register   -> B2 .. B6 window tests, candidate rates (paper,
+                                                          k <= 8: one compare pair and clamp for the new rate of
+                                                          either adjustment, chosen in B4 by the congestion bit)
                                    B4 second state read -> B6 registered
     B6 -> RW: hold-off, action, result, history; RW writes the state back (adjustments only)
 
@@ -178,6 +180,7 @@ class Aimd(wiring.Component):
         self._drd = drd
         adv = Signal()
         pipe = RegisterBanks(m, adv, DECIDE)
+        self._pipe = pipe
         lim = self._limits(m)
         self._accept(m, pipe, adv, lim, rd)
         self._trees(pipe)
@@ -207,19 +210,22 @@ class Aimd(wiring.Component):
                                    name="line_less_floor"),
                "min_less": Signal(RATE_BITS, init=max(0, min0 - SIM_FLOOR), name="min_less_floor"),
                "sweep": Signal(init=1, name="sweeping"), "sweep_addr": Signal(self._fb, name="sweep_addr"),
-               "busy": Signal(name="ctl_busy")}
+               "busy": Signal(name="ctl_busy"), "go": Signal(name="ctl_go"), "op": Signal(2, name="ctl_op"),
+               "lo": Signal(RATE_BITS, name="ctl_lo"), "hi": Signal(RATE_BITS, name="ctl_hi"),
+               # 1-2: the rates enter B3's adder (one each), 4-5: clamped, into RW, 6: write
+               "phase": Signal(3, name="ctl_phase")}
         line, low = lim["line"], lim["min"]
-        m.d.sync += [lim["cross"].eq(low > line),
+        m.d.sync += [lim["cross"].eq(low > line), 
                      lim["line_less"].eq(Mux(line >= SIM_FLOOR, line - (SIM_FLOOR - 1), 0)),
                      lim["min_less"].eq(Mux(low > SIM_FLOOR, low - SIM_FLOOR, 0))]
         self._lim = lim
         return lim
 
     def _clampmux(self, x, lo, hi):
-        """``x`` clamped, from the registered compare flags ``lo`` (x < min_rate) and ``hi`` (x > line_rate): one LUT
-        a bit. Line rate wins when the limits cross."""
+        """``x`` clamped, from the registered compare flags ``lo`` (x < min_rate) and ``hi`` (x > line_rate, or the
+        limits cross: line rate wins then): one LUT a bit."""
         lim = self._lim
-        return Mux(lo, Mux(lim["cross"], lim["line"], lim["min"]), Mux(hi, lim["line"], x[:RATE_BITS]))
+        return Mux(hi, lim["line"], Mux(lo, lim["min"], x[:RATE_BITS]))
 
     # -- the item side ---------------------------------------------------------------------------------------------
 
@@ -301,10 +307,15 @@ class Aimd(wiring.Component):
             # slot's top bits (1 against 0) make its compare true
             slots = [(src[f"valid0_{j}"], src[f"base0_{j}"]) for j in range(self._k)]
             below = Cat(Cat(t[:-1], t[-1] | ~v) > Cat(b[:-1], b[-1] & v) for v, b in slots)
-            okj = pipe.put("below", at, below, self._k, until=at)
-            if at + 1 <= DECIDE:
+            if at == 4:
+                # k = 5 to 8: the AND in the compares' bank, so B4 holds the congestion bit for the shared clamp
+                # of the current rate (:meth:`_candidate_rates`)
+                pipe.put("cong", at, below.all(), 1)
+            elif at + 1 <= DECIDE:
+                okj = pipe.put("below", at, below, self._k, until=at)
                 pipe.put("cong", at + 1, okj.all(), 1)
             else:
+                okj = pipe.put("below", at, below, self._k, until=at)
                 self._late_cong = okj.all()
         else:
             big_t = out["base"]
@@ -356,8 +367,11 @@ class Aimd(wiring.Component):
         # LUT a bit (the stage and two exp bits), so one pair of compares serves both cases
         dbl = (stage >= n) if self._variant == "paper" else (stage > n)
         x = Mux(dbl, Cat(Const(0, 1), exp), exp)
-        flags = {"x_lo": x < low, "x_hi": x > line,
-                 "ch_lo": half_cur < low, "ch_hi": half_cur > line, "c_lo": cur < low, "c_hi": cur > line}
+        cong4 = self._share_cur()
+        cross = lim["cross"]
+        flags = {"x_lo": x < low, "x_hi": (x > line) | cross, "c_lo": cur < low, "c_hi": (cur > line) | cross}
+        if cong4 is None:
+            flags.update({"ch_lo": half_cur < low, "ch_hi": (half_cur > line) | cross})
         for name, value in flags.items():
             pipe.put(name, 2, value, 1, until=2)
         pipe.put("x", 2, x, RATE_BITS + 1, until=2)
@@ -365,37 +379,70 @@ class Aimd(wiring.Component):
         b2 = pipe[2]
         s2 = b2["mem"]
         pipe.put("e", 3, self._clampmux(b2["x"], b2["x_lo"], b2["x_hi"]), RATE_BITS)
-        pipe.put("cur_dec", 3, self._clampmux(s2.cur[1:], b2["ch_lo"], b2["ch_hi"]), RATE_BITS)
+        if cong4 is None:
+            pipe.put("cur_dec", 3, self._clampmux(s2.cur[1:], b2["ch_lo"], b2["ch_hi"]), RATE_BITS)
         pipe.put("exp_dec", 3, self._clampmux(s2.cur, b2["c_lo"], b2["c_hi"]), RATE_BITS)
         b3 = pipe[3]
         c3 = b3["mem"].cur
-        pipe.put("half", 4, (b3["e"] + c3)[1:], RATE_BITS, until=5)
+        # a command's rates (current in phase 1, expected in phase 2) go through the adder as 2 x rate + 0, so the
+        # increase's compare pair and clamp clamp them (the pipeline is empty then): no comparators of their own
+        busy = lim["busy"]
+        ctl_rate = Mux(lim["phase"][1], lim["hi"], lim["lo"])
+        e_in = Mux(busy, Cat(Const(0, 1), ctl_rate), b3["e"])
+        # B3's current rate is cleared while a command runs (the registers' synchronous reset, no multiplexer),
+        # and it is the adder's first operand, the one its carry chain takes unchanged
+        with self._m.If(busy | lim["go"]):
+            self._m.d.sync += b3["mem"].cur.eq(0)
+        pipe.put("half", 4, (c3 + e_in)[1:], RATE_BITS, until=5)
+        if cong4 is not None:
+            pipe.put("half_cur", 4, c3[1:], RATE_BITS - 1, until=4)
         if self._variant == "sim":
             pipe.put("plus", 4, c3 + SIM_FLOOR, RATE_BITS + 1, until=5)
-            pipe.put("p_hi", 4, c3 >= lim["line_less"], 1, until=5)
+            pipe.put("p_hi", 4, (c3 >= lim["line_less"]) | lim["cross"], 1, until=5)
             pipe.put("p_lo", 4, c3 < lim["min_less"], 1, until=5)
         b4 = pipe[4]
-        pipe.put("h_lo", 5, b4["half"] < low, 1, until=5)
-        pipe.put("h_hi", 5, b4["half"] > line, 1, until=5)
+        if cong4 is not None:
+            # the congestion bit is known in B4: one compare pair and one clamp serve the decrease's cur / 2 and
+            # the increase's (e + cur) / 2
+            z = Mux(cong4 & ~busy, b4["half_cur"], b4["half"])
+            pipe.put("z", 5, z, RATE_BITS, until=5)
+        else:
+            z = b4["half"]
+        # a remove's rates enter as 0 and leave the clamp as 0 (a removed flow's entry holds zeros)
+        removing = busy & (lim["op"] == 2)
+        pipe.put("h_lo", 5, (z < low) & ~removing, 1, until=5)
+        pipe.put("h_hi", 5, ((z > line) | lim["cross"]) & ~removing, 1, until=5)
         if self._variant == "sim":
             for name, value in (("p_gt_h", b4["plus"] > b4["half"]), ("e_gt_p", b4["e"] > b4["plus"]),
                                 ("e_gt_h", b4["e"] > b4["half"]), ("e_gt_min", b4["e"] > low),
                                 ("e_gt_line", b4["e"] > line)):
                 pipe.put(name, 5, value, 1, until=5)
         b5 = pipe[5]
-        if self._variant == "paper":
+        if cong4 is not None:
+            pipe.put("cur_new", 6, self._clampmux(b5["z"], b5["h_lo"], b5["h_hi"]), RATE_BITS)
+            pipe.put("exp_inc", 6, b5["e"], RATE_BITS)
+        elif self._variant == "paper":
             pipe.put("cur_inc", 6, self._clampmux(b5["half"], b5["h_lo"], b5["h_hi"]), RATE_BITS)
             pipe.put("exp_inc", 6, b5["e"], RATE_BITS)
         else:
-            pick_p = b5["p_gt_h"]
+            pick_p = b5["p_gt_h"] & ~busy
             c_lo = Mux(pick_p, b5["p_lo"], b5["h_lo"])
             c_hi = Mux(pick_p, b5["p_hi"], b5["h_hi"])
             raw = Mux(pick_p, b5["plus"][:RATE_BITS], b5["half"])
             c = self._clampmux(raw, c_lo, c_hi)
-            e_gt_c = Mux(c_lo, Mux(lim["cross"], b5["e_gt_line"], b5["e_gt_min"]),
-                         Mux(c_hi, b5["e_gt_line"], Mux(pick_p, b5["e_gt_p"], b5["e_gt_h"])))
+            e_gt_c = Mux(c_hi, b5["e_gt_line"], Mux(c_lo, b5["e_gt_min"], Mux(pick_p, b5["e_gt_p"], b5["e_gt_h"])))
             pipe.put("cur_inc", 6, c, RATE_BITS)
             pipe.put("exp_inc", 6, Mux(e_gt_c, b5["e"], c), RATE_BITS)
+
+    def _share_cur(self):
+        """The paper variant's congestion bit in B4 (comb), when the trees leave it there (k <= 8), else None: then
+        the decrease's cur / 2 and the increase's (e + cur) / 2 share one compare pair and one clamp."""
+        at = self._levels + 1       # the bank the per-slot compares are registered in
+        if self._variant != "paper" or at > 4:
+            return None
+        if not hasattr(self, "_cong4"):
+            self._cong4 = self._pipe[4]["cong"]
+        return self._cong4
 
     # -- hold-off, decision, write back ------------------------------------------------------------------------------
 
@@ -404,7 +451,11 @@ class Aimd(wiring.Component):
         FORWARD latest."""
         hist = [{"flow": Signal(self._fb, name=f"h{n}_flow"), "adj": Signal(name=f"h{n}_adj")}
                 for n in range(HOLDOFF)]
-        for n in range(FORWARD):
+        # entry 0's rates are RW's result registers (loaded by items only): one register for the result, the
+        # write-back data and the forwarding
+        hist[0].update({"cur": Signal(RATE_BITS, name="rw_rate"), "exp": Signal(RATE_BITS, name="rw_expected"),
+                        "stage": Signal(STAGE_BITS, name="rw_stage")})
+        for n in range(1, FORWARD):
             hist[n].update({"cur": Signal(RATE_BITS, name=f"h{n}_cur"), "exp": Signal(RATE_BITS, name=f"h{n}_exp"),
                             "stage": Signal(STAGE_BITS, name=f"h{n}_stage")})
         return hist
@@ -443,8 +494,9 @@ class Aimd(wiring.Component):
         rw = {"v": Signal(name="rw_v"), "kind": Signal(PacketKind, name="rw_kind"), "tag": Signal(TAG_BITS,
               name="rw_tag"), "flow": Signal(self._fb, name="rw_flow"), "hit": Signal(name="rw_hit"),
               "action": Signal(2, name="rw_action"), "changed": Signal(name="rw_changed"),
-              "rate": Signal(RATE_BITS, name="rw_rate"), "expected": Signal(RATE_BITS, name="rw_expected"),
-              "stage": Signal(STAGE_BITS, name="rw_stage"), "state": Signal(_state_layout(), name="rw_state"),
+              "rate": hist[0]["cur"], "expected": hist[0]["exp"], "stage": hist[0]["stage"],
+              "valid": Signal(name="rw_valid"), "dec_open": Signal(name="rw_dec_open"),
+              "inc_open": Signal(name="rw_inc_open"),
               "dl": Signal(_deadline_bits(), name="rw_deadlines"), "dl_en": Signal(2, name="rw_deadline_en")}
         fwd = {}
         for f in ("cur", "exp", "stage"):
@@ -456,27 +508,45 @@ class Aimd(wiring.Component):
         cur = Signal(RATE_BITS, name="cur_out")
         exp = Signal(RATE_BITS, name="exp_out")
         stage = Signal(STAGE_BITS, name="stage_out")
-        m.d.comb += [cur.eq(Mux(do_dec, b6["cur_dec"], Mux(do_inc, b6["cur_inc"], fwd["cur"]))),
+        if "cur_new" in b6:
+            new_cur = b6["cur_new"]
+            m.d.comb += cur.eq(Mux(do_dec | do_inc, new_cur, fwd["cur"]))
+            changed = (do_dec | do_inc) & (new_cur != st.cur)
+        else:
+            m.d.comb += cur.eq(Mux(do_dec, b6["cur_dec"], Mux(do_inc, b6["cur_inc"], fwd["cur"])))
+            changed = Mux(do_dec, b6["cur_dec"] != st.cur, do_inc & (b6["cur_inc"] != st.cur))
+        m.d.comb += [
                      exp.eq(Mux(do_dec, b6["exp_dec"], Mux(do_inc, b6["exp_inc"], fwd["exp"]))),
                      stage.eq(Mux(do_dec, 0, Mux(do_inc, b6["st1"], fwd["stage"])))]
+        # the result's rates, the state written back and history entry 0 (one register each), loaded by items
+        # and by a create or remove (which clear the history's adjusted flags): one enable, so Yosys keeps it a
+        # clock enable; after reset they hold zeros for the sweep
+        lim = self._lim
+        load_cur, load_exp = Signal(name="ctl_load_cur"), Signal(name="ctl_load_exp")
+        clamped = b6["cur_new"] if "cur_new" in b6 else b6["cur_inc"]
+        m.d.comb += [load_cur.eq((lim["phase"] == 4) & (lim["op"] != 0)),
+                     load_exp.eq((lim["phase"] == 5) & (lim["op"] != 0))]
+        item = adv & b6["v"]
+        with m.If(item | load_cur):
+            m.d.sync += [rw["rate"].eq(Mux(load_cur, clamped, cur)), rw["stage"].eq(Mux(load_cur, 0, stage))]
+        with m.If(item | load_exp):
+            m.d.sync += rw["expected"].eq(Mux(load_exp, clamped, exp))
+
         late = getattr(self, "_late_dl", None)
         dl_dec = late["dec"] if late else b6["dl_dec"]
         dl_inc = dl_dec if self._variant == "paper" else late["inc"] if late else b6["dl_inc"]
-        changed = Mux(do_dec, b6["cur_dec"] != st.cur, do_inc & (b6["cur_inc"] != st.cur))
         with m.If(adv):
             m.d.sync += [rw["v"].eq(b6["v"]), rw["kind"].eq(b6["kind"]), rw["tag"].eq(b6["tag"]),
                          rw["flow"].eq(b6["flow"]), rw["hit"].eq(hit),
                          rw["action"].eq(Mux(do_dec, ACTION_DEC, Mux(do_inc, ACTION_INC, ACTION_NONE))),
-                         rw["changed"].eq(changed), rw["rate"].eq(cur), rw["expected"].eq(exp),
-                         rw["stage"].eq(stage)]
+                         rw["changed"].eq(changed)]
             with m.If(b6["v"]):
-                # the state written back; loaded by items only, so after reset it holds zeros for the sweep
-                m.d.sync += [rw["state"].valid.eq(1), rw["state"].cur.eq(cur), rw["state"].exp.eq(exp),
-                             rw["state"].stage.eq(stage), rw["state"].dec_open.eq(st.dec_open & ~do_dec),
-                             rw["state"].inc_open.eq(st.inc_open & ~do_inc),
+                # the rest of the state written back; loaded by items only, so after reset it holds zeros for the
+                # sweep
+                m.d.sync += [rw["valid"].eq(1), rw["dec_open"].eq(st.dec_open & ~do_dec),
+                             rw["inc_open"].eq(st.inc_open & ~do_inc),
                              rw["dl"].eq(Cat(dl_dec, dl_inc)), rw["dl_en"].eq(Cat(do_dec, do_inc))]
-                m.d.sync += [hist[0]["flow"].eq(b6["flow"]), hist[0]["adj"].eq(do_dec | do_inc),
-                             hist[0]["cur"].eq(cur), hist[0]["exp"].eq(exp), hist[0]["stage"].eq(stage)]
+                m.d.sync += [hist[0]["flow"].eq(b6["flow"]), hist[0]["adj"].eq(do_dec | do_inc)]
                 for n in range(1, HOLDOFF):
                     m.d.sync += [hist[n][f].eq(hist[n - 1][f]) for f in hist[n]]
         return rw
@@ -498,17 +568,17 @@ class Aimd(wiring.Component):
 
     def _write_port(self, m, wr, dwr, rw, lim, hist):
         """The memories' write ports (one address): the reset sweep, else a control write, else RW's write-back (an
-        adjustment: the rates, and the deadline it set), all with RW's registers as the data. Control: the command is latched, the limits settle,
-        its rates are clamped, the entry is loaded into RW's state register, then written (six clocks; nothing is
-        taken meanwhile); a create or remove clears the history's adjusted flags. The sweep writes RW's state
-        register as reset leaves it: zeros, flow not valid."""
+        adjustment: the rates, and the deadline it set), all with RW's registers as the data. Control: the command
+        is latched, its rates clamped by the increase's adder, compare pair and clamp (:meth:`_candidate_rates`),
+        loaded into RW's registers, then written (seven clocks; nothing is taken meanwhile); a create or remove
+        clears the history's adjusted flags. The sweep writes RW's registers as reset leaves them: zeros, flow not
+        valid."""
         cmd = self.ctl.payload
-        go = Signal(name="ctl_go")
+        go = lim["go"]
         m.d.comb += [self.ctl.ready.eq(~self._busy & ~lim["sweep"] & ~lim["busy"]),
                      go.eq(self.ctl.valid & self.ctl.ready)]
-        op, idx = Signal(2, name="ctl_op"), Signal(self._fb, name="ctl_index")
-        lo, hi = Signal(RATE_BITS, name="ctl_lo"), Signal(RATE_BITS, name="ctl_hi")
-        phase = Signal(3, name="ctl_phase")   # 1: limits settle, 2-3: clamp (one rate each), 4: entry into RW, 5: write
+        op, idx = lim["op"], Signal(self._fb, name="ctl_index")
+        lo, hi, phase = lim["lo"], lim["hi"], lim["phase"]
         in_range = cmd.index < self._n_flows
         with m.If(go):
             m.d.sync += [op.eq(Mux(in_range & (cmd.table == TABLE_CREATE), 1,
@@ -521,30 +591,31 @@ class Aimd(wiring.Component):
                 m.d.sync += lim["min"].eq(cmd.data[:32])
             with m.If(in_range & ((cmd.table == TABLE_CREATE) | (cmd.table == TABLE_REMOVE))):
                 m.d.sync += [h["adj"].eq(0) for h in hist]
-        with m.Switch(phase):
-            with m.Case(1):
-                m.d.sync += phase.eq(2)
-            with m.Case(2, 3):
-                # one comparator pair for both rates: clamp lo into hi while hi moves to lo, twice
-                m.d.sync += [hi.eq(self._clampmux(lo, lo < lim["min"], lo > lim["line"])), lo.eq(hi),
-                             phase.eq(phase + 1)]
-            with m.Case(4):
-                # the entry goes through RW's state register (empty now): the write port has one data source
-                # a removed flow keeps rates and stage 0, as the reset sweep leaves it: a miss then reports
-                # zeros straight from memory, with no multiplexer on the result
-                m.d.sync += [rw["state"].eq(0), rw["dl"].eq(0), rw["state"].dec_open.eq(1),
-                             rw["state"].inc_open.eq(1), phase.eq(5)]
-                with m.If(op == 1):
-                    m.d.sync += [rw["state"].valid.eq(1), rw["state"].cur.eq(lo), rw["state"].exp.eq(hi)]
-            with m.Case(5):
-                m.d.sync += [phase.eq(0), lim["busy"].eq(0)]
-        m.d.comb += [wr.data.eq(rw["state"]), dwr.data.eq(rw["dl"]), dwr.addr.eq(wr.addr)]
+        with m.If(go & (cmd.table == TABLE_REMOVE)):
+            # a remove's rates enter as 0 (a removed flow's entry holds zeros); outside the If above, so Yosys
+            # makes it the registers' synchronous reset
+            m.d.sync += [lo.eq(0), hi.eq(0)]
+        # phases 1-3: the rates travel B3 -> B6 through the increase's adder, compare pair and clamp (the limits
+        # set by a command have settled by the clamp); 4, 5: the clamped rates into RW (:meth:`_decide`; a create
+        # or a remove only, which cleared the history's adjusted flags, as RW's rates are history entry 0's);
+        # 5: the rest of the entry into RW's registers; 6: write
+        with m.If(phase != 0):
+            m.d.sync += phase.eq(phase + 1)
+        with m.If(phase == 5):
+            # a removed flow keeps rates and stage 0, as the reset sweep leaves it: a miss then reports zeros
+            # straight from memory, with no multiplexer on the result
+            m.d.sync += [rw["valid"].eq(op == 1), rw["dl"].eq(0), rw["dec_open"].eq(1), rw["inc_open"].eq(1)]
+        with m.If(phase == 6):
+            m.d.sync += [phase.eq(0), lim["busy"].eq(0)]
+        m.d.comb += [wr.data.valid.eq(rw["valid"]), wr.data.dec_open.eq(rw["dec_open"]),
+                     wr.data.inc_open.eq(rw["inc_open"]), wr.data.stage.eq(rw["stage"]), wr.data.cur.eq(rw["rate"]),
+                     wr.data.exp.eq(rw["expected"]), dwr.data.eq(rw["dl"]), dwr.addr.eq(wr.addr)]
         with m.If(lim["sweep"]):
             m.d.comb += [wr.en.eq(1), dwr.en.eq(0b11), wr.addr.eq(lim["sweep_addr"])]
             m.d.sync += lim["sweep_addr"].eq(lim["sweep_addr"] + 1)
             with m.If(lim["sweep_addr"] == self._n_flows - 1):
                 m.d.sync += lim["sweep"].eq(0)
-        with m.Elif(phase == 5):
+        with m.Elif(phase == 6):
             m.d.comb += [wr.en.eq(op != 0), dwr.en.eq(Mux(op != 0, 0b11, 0)), wr.addr.eq(idx)]
         with m.Else():
             m.d.comb += [wr.en.eq(rw["v"] & (rw["action"] != ACTION_NONE)), wr.addr.eq(rw["flow"]),
