@@ -579,6 +579,10 @@ def flb_edge_params(params):
     """The ``flb-route`` parameters with their defaults, checked against what p4/flb_edge.p4 models; raises
     ValueError with one line for the others."""
     full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16, "timeout": 4096}
+    if params.get("upd"):
+        raise ValueError("flb_edge.p4 models flb-route without its upd stream (upd=false): delays and isolated sets "
+                         "come as control commands")
+    params = {k: v for k, v in params.items() if k != "upd"}
     unknown = set(params) - set(full)
     if unknown:
         raise ValueError(f"flb-route has no parameter {sorted(unknown)[0]!r}")

@@ -469,6 +469,9 @@ def test_flb_commands_from_ctl():
                 dict(timeout=0), dict(colour=1)):
         with pytest.raises(ValueError):
             p4.flb_edge_commands([], dict(params, **bad), [])
+    with pytest.raises(ValueError, match="without its upd stream"):      # the program has no upd stream
+        p4.flb_edge_commands([], dict(params, upd=True), [])
+    assert p4.flb_edge_commands([], dict(params, upd=False), [])[0] == "table_set_default flb_config set_config 4 3 50"
     with pytest.raises(ValueError):
         p4.flb_edge_commands([{"table": 0, "index": 1 << 24, "data": 0}], params, [])
     with pytest.raises(ValueError, match="metadata block"):
