@@ -426,7 +426,7 @@ def test_rtl_upd_hand_worked(idle, backpressure):
 
 def test_upd_signature():
     assert "upd" not in RouteRTL(**P).signature.members
-    assert RouteRTL(**PU).latency == 7       # the datasheet: unchanged by upd (measured by the generic tests)
+    # the latency with upd (7, the datasheet's) is measured cycle by cycle by the generic tests on the upd entry
     lay = RouteRTL(**PU).signature.members["upd"].signature.members["payload"].shape
     assert {name: Shape.cast(lay[name].shape).width for name in ("isolate", "dest", "path", "delay", "mask")} == {
         "isolate": 1, "dest": 2, "path": 3, "delay": 6, "mask": 5}

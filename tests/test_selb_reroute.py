@@ -166,6 +166,21 @@ def test_rtl_matches_reference(params, idle, backpressure):
     assert ref.counters[1] > 20 and ref.counters[2] > 0 and ref.counters[3] > 0
 
 
+@pytest.mark.parametrize("params", [dict(n_flows=4, n_paths=2, time_bits=4, hold=1, lfsr_seed=0xACE1),
+                                    dict(n_flows=8, n_paths=4, time_bits=4, hold=8, lfsr_seed=7)],
+                         ids=["hold1", "hold-half-range"])
+def test_rtl_hold_edges(params):
+    """The hold's edge cases against the reference: hold = 1 (its own branch of the RTL's hold test: any later tick
+    has passed) and hold = 2**(time_bits - 1) (the largest, half the timer's range), with idle and back-pressure."""
+    events = reroute_trace(23, 400, **params)
+    stats = {}
+    out = run_rtl(BLOCK, params, events, idle=0.2, backpressure=0.3, seed=5, stats=stats)
+    ref = Ref(**params)
+    assert out == ref.run(events)
+    assert stats["counters"] == ref.counters
+    assert ref.counters[1] > 5          # reroutes happened, so the hold test was exercised both ways
+
+
 def test_reset_mid_traffic_forgets_flows():
     """Reset while flows stream (the harness's reset_state: afterwards the block behaves as reset: every flow new,
     the LFSR from its seed)."""
