@@ -1,7 +1,8 @@
 """FLB source-side isolation table (flb-isolate): signature and parameters, a hand-worked sequence (isolation, the
 number of isolation paths from the converged rates, which path each flow takes, the table full, stale and forged
 CNMs, a refresh changing n, timeouts across the timer's wrap, a CNM and a packet of one flow in the same clock) on the
-re-derivation, the golden model and the RTL, with the counters; the golden model and the RTL (idle input,
+re-derivation, the golden model and the RTL, with the counters; a second one with destinations interleaved in the
+table (a flow's path from its rank among its destination's entries); the golden model and the RTL (idle input,
 back-pressure, CNM storms) against an independent re-derivation written here.
 
 Expected values come from the hand-worked comments or from :func:`rederive` below, written from the paper's
@@ -35,8 +36,9 @@ def rederive(events, *, n_flows, n_dests, n_paths, n_slots, time_bits, timeout):
     or CNM lies ``timeout`` ticks or more behind the event's tick (mod ``2**time_bits``) leaves first; a congestion
     CNM takes the lowest free slot (or renews its own entry's ``n`` and time), a non-congestion CNM removes the
     flow's entry; per destination, ``k`` = the converged rates summed (each flow C/n; counted in C/2520) over C,
-    rounded up, at most ``n_paths - 1``, the top ``k`` paths; an isolated flow in slot s takes path
-    ``n_paths - 1 - s mod k``. Returns ``[(ok, isolated, path, mask)]`` per packet and the counters
+    rounded up, at most ``n_paths - 1``, the top ``k`` paths; an isolated flow takes path
+    ``n_paths - 1 - rank mod k``, its rank the count of its destination's entries in lower slots (the datasheet's
+    "Which paths"). Returns ``[(ok, isolated, path, mask)]`` per packet and the counters
     ``[isolated packets, congestion, release, timeouts, full, forged, stale, rejected]``."""
     wrap = 2 ** time_bits
     table, out, cnt = {}, [], [0] * 8
@@ -83,7 +85,8 @@ def rederive(events, *, n_flows, n_dests, n_paths, n_slots, time_bits, timeout):
         s = where.get(ev["flow"])
         if s is not None and table[s][1] == ev["dest"]:
             table[s][3] = t
-            out.append((1, 1, n_paths - 1 - s % k, mask))
+            rank = len([u for u, ent in table.items() if u < s and ent[1] == ev["dest"]])
+            out.append((1, 1, n_paths - 1 - rank % k, mask))
             cnt[0] += 1
         else:
             out.append((1, 0, 0, mask))
@@ -118,11 +121,11 @@ def hand_worked():
     ev += [_cnm(4, 1, 1, 1, 9)]                             # 15 f4 -> slot 0 (d1), C
     ev += [_pkt(4, 1, 9)]; want += [(1, 1, 3, 0b1000)]      # 16 d1: k 1
     ev += [_cnm(3, 0, 1, 1, 10)]                            # 17 refresh f3: n 4 -> 1: 1/2 + 1 = 1.5, k 2
-    ev += [_pkt(2, 0, 10)]; want += [(1, 1, 2, 0b1100)]     # 18 f2 slot 1: 3 - 1 = 2
+    ev += [_pkt(2, 0, 10)]; want += [(1, 1, 3, 0b1100)]     # 18 f2 slot 1, d0's first (slot 0 is d1's): rank 0
     ev += [_cnm(5, 0, 0, 1, 10), _cnm(5, 3, 2, 1, 10), _cnm(5, 0, 9, 1, 10), _cnm(13, 0, 1, 1, 10)]  # 19 forged x4
     ev += [_pkt(2, 3, 11)]; want += [(0, 0, 0, 0)]          # 20 dest 3 of 3: rejected
     ev += [_cnm(2, 2, 2, 1, 11)]                            # 21 congestion for f2 naming d2: stale
-    ev += [_pkt(2, 0, 29)]; want += [(1, 1, 2, 0b1100)]     # 22 f4 (last 9) ages out; f3 (10) and f2 stay
+    ev += [_pkt(2, 0, 29)]; want += [(1, 1, 3, 0b1100)]     # 22 f4 (last 9) ages out; f3 (10) and f2 (rank 0) stay
     ev += [_pkt(4, 1, 29)]; want += [(1, 0, 0, 0)]          # 23 f4 gone
     ev += [_pkt(1, 0, 30)]; want += [(1, 0, 0, 0b1000)]     # 24 f3 ages out: f2 alone, k 1
     ev += [_pkt(2, 0, 48)]; want += [(1, 1, 3, 0b1000)]     # 25 f2 age 19
@@ -131,8 +134,8 @@ def hand_worked():
     ev += [_cnm(6, 2, 3, 1, 23), _pkt(6, 2, 23)]; want += [(1, 1, 3, 0b1000)]   # 28 same clock: CNM first
     ev += [_cnm(6, 2, 3, 0, 24), _pkt(6, 2, 24)]; want += [(1, 0, 0, 0)]        # 29 released in the same clock
     ev += [_cnm(7, 1, 1, 1, 25), _cnm(8, 1, 1, 1, 25), _cnm(9, 1, 1, 1, 25)]    # 30 three flows at C to d1
-    ev += [_pkt(9, 1, 26)]; want += [(1, 1, 1, 0b1110)]     # 31 k 3: f9 slot 2, 3 - 2 mod 3 = 1
-    ev += [_pkt(8, 1, 26)]; want += [(1, 1, 2, 0b1110)]     # 32 f8 slot 1: 2
+    ev += [_pkt(9, 1, 26)]; want += [(1, 1, 1, 0b1110)]     # 31 k 3: f9 slot 2, rank 2: 3 - 2 mod 3 = 1
+    ev += [_pkt(8, 1, 26)]; want += [(1, 1, 2, 0b1110)]     # 32 f8 slot 1, rank 1: 2
     # isolated 3 6 8 9 16 18 22 25 26 28 31 32; congestion 2 5 7 15 17 28 30x3; release 13 29; timeouts 22 24 27;
     # full 10; forged 19 x4; stale 12 21; rejected 20
     return ev, want, [12, 9, 2, 3, 1, 4, 2, 1]
@@ -164,6 +167,61 @@ def test_rtl_hand_worked(idle, backpressure):
     ev, want, counts = hand_worked()
     stats = {}
     out = run_rtl("flb-isolate", P, ev, idle=idle, backpressure=backpressure, seed=2, compare=False, stats=stats)
+    bad = [(n, w, g) for n, (w, g) in enumerate(zip(want, _fields(out))) if w != g]
+    assert len(out) == len(want) and not bad, bad[:4]
+    assert stats["counters"] == counts
+
+
+# -- interleaved destinations: a flow's path from its rank among its destination's entries ---------------------------
+
+Q = dict(n_flows=16, n_dests=3, n_paths=8, n_slots=6, time_bits=8, timeout=100)
+
+
+def interleaved():
+    """Destinations' entries interleaved in the table (Q: 8 paths, so isolation paths 7, 7-6, 7-6-5; 6 slots;
+    timeout 100). A flow's rank is the count of its destination's entries in lower slots; its path 7 - rank mod k.
+    The old rule (7 - slot mod k) differs at packets 2, 4, 5, 9, 11, 13, 14 and 18."""
+    ev, want = [], []
+    ev += [_cnm(1, 0, 1, 1, 0), _cnm(2, 1, 1, 1, 0), _cnm(3, 0, 1, 1, 0)]    # slots: 0 f1 d0, 1 f2 d1, 2 f3 d0
+    ev += [_pkt(1, 0, 1)]; want += [(1, 1, 7, 0b11000000)]  # 1 d0: 1 + 1 = 2, k 2; f1 rank 0: 7
+    ev += [_pkt(3, 0, 1)]; want += [(1, 1, 6, 0b11000000)]  # 2 f3 slot 2, rank 1: 6 (slot 2 mod 2 would give 7)
+    ev += [_pkt(2, 1, 1)]; want += [(1, 1, 7, 0b10000000)]  # 3 d1: k 1; f2 rank 0: 7
+    ev += [_cnm(4, 2, 2, 1, 2), _cnm(5, 0, 2, 1, 2), _cnm(6, 1, 1, 1, 2)]    # 3 f4 d2, 4 f5 d0 (C/2), 5 f6 d1
+    ev += [_pkt(5, 0, 3)]; want += [(1, 1, 5, 0b11100000)]  # 4 d0: 1 + 1 + 1/2, k 3; f5 slot 4, rank 2: 5
+    ev += [_pkt(3, 0, 3)]; want += [(1, 1, 6, 0b11100000)]  # 5 f3 rank 1: 6
+    ev += [_pkt(6, 1, 3)]; want += [(1, 1, 6, 0b11000000)]  # 6 d1: 1 + 1, k 2; f6 slot 5, rank 1: 6
+    ev += [_pkt(4, 2, 3)]; want += [(1, 1, 7, 0b10000000)]  # 7 d2: 1/2, k 1: 7
+    ev += [_cnm(1, 0, 1, 0, 4)]                             # f1 released: slot 0 free
+    ev += [_pkt(3, 0, 4)]; want += [(1, 1, 7, 0b11000000)]  # 8 d0: 1 + 1/2, k 2; f3 now rank 0: 7
+    ev += [_pkt(5, 0, 4)]; want += [(1, 1, 6, 0b11000000)]  # 9 f5 rank 1: 6
+    ev += [_cnm(7, 0, 1, 1, 5)]                             # f7 d0 -> slot 0
+    ev += [_pkt(7, 0, 5)]; want += [(1, 1, 7, 0b11100000)]  # 10 d0: 1 + 1 + 1/2, k 3; f7 rank 0: 7
+    ev += [_pkt(5, 0, 5)]; want += [(1, 1, 5, 0b11100000)]  # 11 f5 rank 2: 5
+    ev += [_cnm(7, 0, 4, 1, 6)]                             # f7 renewed at n 4: 1/4 + 1 + 1/2 = 1.75, k 2
+    ev += [_pkt(5, 0, 6)]; want += [(1, 1, 7, 0b11000000)]  # 12 f5 rank 2, 2 mod 2 = 0: 7
+    ev += [_pkt(3, 0, 6)]; want += [(1, 1, 6, 0b11000000)]  # 13 f3 rank 1: 6
+    ev += [_pkt(3, 0, 60)]; want += [(1, 1, 6, 0b11000000)]     # 14 nothing aged (f2 last 1, f7 last 6)
+    ev += [_pkt(5, 0, 60)]; want += [(1, 1, 7, 0b11000000)]     # 15
+    ev += [_pkt(6, 1, 60)]; want += [(1, 1, 6, 0b11000000)]     # 16 d1: f2 (slot 1), f6 rank 1
+    ev += [_pkt(4, 2, 60)]; want += [(1, 1, 7, 0b10000000)]     # 17
+    ev += [_pkt(5, 0, 110)]; want += [(1, 1, 6, 0b11000000)]    # 18 f2 (109) and f7 (104) age out: d0 f3, f5:
+    ev += [_pkt(6, 1, 110)]; want += [(1, 1, 7, 0b10000000)]    # 19   1.5, k 2, f5 rank 1: 6; d1 f6 alone: 7
+    # isolated: all 19; congestion: 8 (7 new, 1 renewal); release 1; timeouts 2
+    return ev, want, [19, 8, 1, 2, 0, 0, 0, 0]
+
+
+def test_interleaved_on_the_rederivation_and_the_golden_model():
+    ev, want, counts = interleaved()
+    got, n = rederive(ev, **Q)
+    assert got == want and n == counts
+    assert _fields(run_golden("flb-isolate", Q, ev)) == want
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.4, 0.5)])
+def test_rtl_interleaved(idle, backpressure):
+    ev, want, counts = interleaved()
+    stats = {}
+    out = run_rtl("flb-isolate", Q, ev, idle=idle, backpressure=backpressure, seed=3, compare=False, stats=stats)
     bad = [(n, w, g) for n, (w, g) in enumerate(zip(want, _fields(out))) if w != g]
     assert len(out) == len(want) and not bad, bad[:4]
     assert stats["counters"] == counts

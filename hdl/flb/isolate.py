@@ -9,27 +9,34 @@ slot; a repeated one refreshes the weight), a non-congestion CNM releases it, an
 ``k`` paths, ``k = ceil(sum of the isolated flows' converged rates / C)`` capped at ``n_paths - 1``: a flow reported
 with ``n`` congested flows converges to ``C/n`` (section 3.3), kept exactly as the integer weight ``840 / n``
 (840 = lcm(1..8), so ``n`` flows at ``C/n`` sum to exactly one path). An isolated flow takes path
-``n_paths - 1 - (slot mod k)``.
+``n_paths - 1 - (rank mod k)``, its rank the number of its destination's live entries in lower slots (so a
+destination's flows fill its ``k`` paths in turn, whatever slots other destinations hold).
 
 Pipeline (one register stage per cycle, all moved by one ``adv``; latency 6)::
 
-    S0 accept          S1 apply              S2          S3           S4         S5              S6 out
-    CNM first, else -> expire, CNM or     -> pair sums -> quad sums -> total  -> thresholds:  -> path of the
-    packet; per slot   packet on the table;    of the                            mask, k          flow's slot
-    age / flow / dest  snapshot of the dest's  dest's weights                    (one-hot)        (slot mod k)
-    compares           weights, hit slot
+    S0 accept          S1 apply              S2          S3           S4          S5               S6 out
+    CNM first, else -> expire, CNM or     -> pair sums -> quad sums -> total   -> thresholds:   -> path: the
+    packet; per slot   packet on the table;    of the                             mask, k          candidate of
+    age / flow / dest  snapshot of the dest's  dest's weights                     (one-hot)        the one-hot k
+    compares           weights, hit slot,   -> the dest's  -> count    -> rank    -> path for
+                       the dest's live slots   slots below    per half    (one-hot)   every k:
+                                               the hit                                top - (rank mod k)
 
 Choices where the paper is silent (all in the datasheet): a small fully associative table (``n_slots`` isolated
 flows, full: counted, not isolated); ``n`` from 1 to 8 (flb-cnm's range), weights ``840 / n``; the highest-numbered
-paths isolate, path 0 never; the timeout counts from the flow's last packet or CNM (the paper's "inactive"
-entries) and is evaluated at every event; forged CNMs (destination or flow out of range, ``n`` 0 or above 8) and
-stale ones (a release of a flow not isolated, or a CNM naming another destination than the flow's entry) are
-counted and change nothing; ``ctl`` has no tables (commands ignored).
+paths isolate, path 0 never, a destination's flows spread over them by rank among its entries; the timeout counts
+from the flow's last packet or CNM (the paper's "inactive" entries) and is evaluated at every event; forged CNMs
+(destination or flow out of range, ``n`` 0 or above 8) and stale ones (a release of a flow not isolated, or a CNM
+naming another destination than the flow's entry) are counted and change nothing; ``ctl`` has no tables (commands
+ignored). Departure from the paper (datasheet): the flow moves to its isolation path as soon as the CNM is applied,
+not where its last packet is pending, so packets sent before the pause can be overtaken.
 
 S0 compares every slot against the incoming event (age, flow, destination) one clock ahead; a slot that S1 writes
 in the same clock is compared against S1's event instead (``touched``), so back-to-back events of one flow need no
 stall.
 """
+
+from itertools import combinations
 
 from amaranth import Cat, C, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
@@ -87,6 +94,13 @@ def IsolateResult(*, n_flows=65536, n_dests=16, n_paths=8, time_bits=16):
     first, so this packet left one clock later)."""
     return data.StructLayout({"flow": _bits(n_flows), "dest": _bits(n_dests), "now": time_bits, "tag": TAG_BITS,
                               "ok": 1, "isolated": 1, "path": _bits(n_paths), "mask": n_paths, "held": 1})
+
+
+def _count_is(bits, count):
+    """1 when exactly ``count`` of ``bits`` (at most 4) are set: a sum of minterms, so a LUT, never a carry chain."""
+    n = len(bits)
+    terms = [Cat(bits[i] if i in ones else ~bits[i] for i in range(n)).all() for ones in combinations(range(n), count)]
+    return Cat(terms).any() if terms else C(0, 1)
 
 
 def _below(value, limit):
@@ -172,6 +186,7 @@ class Isolate(wiring.Component):
         self._accept_stage(m)
         self._apply_stage(m)
         self._sum_stages(m)
+        self._rank_stages(m)
         self._mask_stage(m)
         self._path_stage(m)
         self._output(m)
@@ -227,7 +242,8 @@ class Isolate(wiring.Component):
         """S1: the event on the table. Slots aged ``timeout`` or more are released first; then a CNM isolates
         (lowest free slot), refreshes or releases its flow, or a packet of an isolated flow refreshes its stamp.
         Registers for S2: the destination's weights after the event (0 for slots of other destinations), the hit
-        slot (one-hot), ``isolated``, and the counters' events. Loads S2."""
+        slot (one-hot), the destination's live slots (a packet changes no slot's liveness but by age, already out),
+        ``isolated``, and the counters' events. Loads S2."""
         adv, go = self._adv, self._adv & self._v[1]
         ns = self._ns
         touched = Signal(ns, name="s1_touched")
@@ -271,12 +287,14 @@ class Isolate(wiring.Component):
         # the destination's weights after this event (a packet changes no weight, releases no slot but by age)
         self._terms = [Signal(self._wb, name=f"s2_term{j}") for j in range(ns)]
         self._hit2 = Signal(ns, name="s2_hit")
+        self._same2 = Signal(ns, name="s2_dest_live")
         self._iso2 = Signal(name="s2_isolated")
         self._exp2 = Signal(ns, name="s2_expired")
         ev = {k: Signal(name=f"s2_{k}") for k in ("cong", "rel", "full", "forged", "stale", "rej")}
         with m.If(adv):
             m.d.sync += [t.eq(Mux(live[j] & d[j], self._slots[j].w, 0)) for j, t in enumerate(self._terms)]
-            m.d.sync += [self._okr[2].eq(ok), self._hit2.eq(hitd), self._iso2.eq(pkt_hit),
+            m.d.sync += [self._okr[2].eq(ok), self._hit2.eq(hitd), self._same2.eq(live & d),
+                         self._iso2.eq(pkt_hit),
                          self._exp2.eq(Mux(self._v[1], expired, 0)),
                          self._v[2].eq(self._v[1] & ~cnm)]
             m.d.sync += [ev["cong"].eq(self._v[1] & (add | refresh)), ev["rel"].eq(self._v[1] & release),
@@ -291,9 +309,8 @@ class Isolate(wiring.Component):
         pairs = [Signal(self._wb + 1, name=f"s3_pair{j}") for j in range(4)]
         quads = [Signal(self._wb + 2, name=f"s4_quad{j}") for j in range(2)]
         self._sum5 = Signal(self._wb + 3, name="s5_sum")
-        carry = {n: {"hit": Signal(self._ns, name=f"s{n}_hit"), "iso": Signal(name=f"s{n}_isolated")}
-                 for n in (3, 4, 5)}
-        prev = {"hit": self._hit2, "iso": self._iso2}
+        carry = {n: {"iso": Signal(name=f"s{n}_isolated")} for n in (3, 4, 5)}
+        prev = {"iso": self._iso2}
         for n in (3, 4, 5):
             with m.If(adv):
                 m.d.sync += [carry[n][k].eq(prev[k]) for k in prev]
@@ -316,28 +333,58 @@ class Isolate(wiring.Component):
                    counter32(m, "n_stale", adv_ev["stale"]), counter32(m, "n_rejected", adv_ev["rej"])]
         m.d.comb += self.stats.eq(Cat(*counts))
 
+    def _rank_stages(self, m):
+        """S2 to S4, beside the sums: the hit slot's rank among the destination's live slots, as a one-hot. S2
+        registers the destination's slots below the hit one; S3 the count of those in each half of the table
+        (one-hot, 0 to 4); S4 the rank (one-hot, the two counts added by a table, no carry chain). Loads S5."""
+        adv, ns = self._adv, self._ns
+        below = Signal(ns, name="s3_below")
+        above = [self._hit2[i + 1:].any() if i + 1 < ns else C(0, 1) for i in range(ns)]
+        with m.If(adv):
+            m.d.sync += below.eq(Cat(self._same2[i] & above[i] for i in range(ns)))
+        halves = [below[:4], below[4:]] if ns > 4 else [below]
+        counts = [Signal(len(h) + 1, name=f"s4_count{n}") for n, h in enumerate(halves)]
+        with m.If(adv):
+            for h, c in zip(halves, counts):
+                m.d.sync += c.eq(Cat(_count_is(h, r) for r in range(len(h) + 1)))
+        self._rank5 = Signal(ns, name="s5_rank")
+        pairs = [(a, b) for a in range(len(counts[0])) for b in range(len(counts[1]) if len(counts) > 1 else 1)]
+        rank = []
+        for r in range(ns):
+            terms = [counts[0][a] & (counts[1][b] if len(counts) > 1 else 1) for a, b in pairs if a + b == r]
+            rank.append(Cat(terms).any() if terms else C(0, 1))
+        with m.If(adv):
+            m.d.sync += self._rank5.eq(Cat(rank))
+
     def _mask_stage(self, m):
         """S5: thresholds ``sum > t * 840`` for t = 0 .. n_paths - 2 (a thermometer: path ``n_paths - 1 - t`` is an
-        isolation path), ``k`` as a one-hot (``k - 1`` = the last threshold passed). Loads S6."""
+        isolation path), ``k`` as a one-hot (``k - 1`` = the last threshold passed); beside them, from the one-hot
+        rank, the flow's path for every possible ``k``. Loads S6."""
         adv, n = self._adv, self._n
         th = [self._sum5 > t * RATE_ONE for t in range(n - 1)]
         self._mask6 = Signal(n, name="s6_mask")
         self._k6 = Signal(n - 1, name="s6_k_onehot")
-        self._hit6, self._iso6 = Signal(self._ns, name="s6_hit"), Signal(name="s6_isolated")
+        self._iso6 = Signal(name="s6_isolated")
+        # per possible k (t + 1), the path n_paths - 1 - (rank mod (t + 1)): S6 only selects one by the one-hot k
+        self._cand6 = [Signal(self._pb, name=f"s6_path_if_k{t + 1}") for t in range(n - 1)]
+        for t, cand in enumerate(self._cand6):
+            value = C(0, self._pb)
+            for r in range(self._ns):
+                value = value | Mux(self._rank5[r], n - 1 - (r % (t + 1)), 0)
+            with m.If(adv):
+                m.d.sync += cand.eq(value)
         kh = [th[t] & (~th[t + 1] if t + 1 < n - 1 else C(1, 1)) for t in range(n - 1)]
         with m.If(adv):
             m.d.sync += [self._mask6.eq(Cat(C(0, 1), *reversed(th))), self._k6.eq(Cat(kh)),
-                         self._hit6.eq(self._carry5["hit"]), self._iso6.eq(self._carry5["iso"]),
+                         self._iso6.eq(self._carry5["iso"]),
                          self._okr[6].eq(self._okr[5])]
 
     def _path_stage(self, m):
-        """S6 (combinational into ``o``): an isolated flow's path ``n_paths - 1 - (slot mod k)`` from the hit slot
-        and the one-hot ``k``; 0 when not isolated."""
-        top = self._n - 1
+        """S6 (combinational into ``o``): an isolated flow's path ``n_paths - 1 - (rank mod k)``, the candidate of
+        S5 picked by the one-hot ``k``; 0 when not isolated."""
         acc = C(0, self._pb)
-        for j in range(self._ns):
-            for t in range(self._n - 1):
-                acc = acc | Mux(self._hit6[j] & self._k6[t], top - (j % (t + 1)), 0)
+        for t, cand in enumerate(self._cand6):
+            acc = acc | Mux(self._k6[t], cand, 0)
         self._path = Signal(self._pb, name="s6_path")
         m.d.comb += self._path.eq(Mux(self._iso6, acc, 0))
 

@@ -5,7 +5,8 @@ Bit-exact, transaction-level twin of :class:`lbpipe.hdl.flb.isolate.Isolate`, wr
 Events apply in trace order (a CNM offered with a packet goes first). At every event, isolated flows idle for
 ``timeout`` ticks or more are released first; then a CNM isolates, refreshes or releases its flow, or a packet of an
 isolated flow refreshes its stamp and is told its isolation path. Per destination the isolation paths are the top
-``k`` paths, ``k = ceil(sum of 1/n over the destination's isolated flows)`` capped at ``n_paths - 1``.
+``k`` paths, ``k = ceil(sum of 1/n over the destination's isolated flows)`` capped at ``n_paths - 1``; a flow
+takes path ``n_paths - 1 - (rank mod k)``, its rank the number of the destination's entries in lower slots.
 
 Also here: :func:`isolate_trace` (seeded random traces).
 """
@@ -103,7 +104,8 @@ class Isolate:
         out["mask"] = sum(1 << (self.n_paths - 1 - t) for t in range(k))
         if j is not None and self.slots[j][1] == dest:
             self.slots[j][3] = now
-            out["isolated"], out["path"] = 1, self.n_paths - 1 - j % k
+            rank = sum(1 for s in self.slots[:j] if s is not None and s[1] == dest)
+            out["isolated"], out["path"] = 1, self.n_paths - 1 - rank % k
             self.counts[0] += 1
         return out
 
