@@ -22,14 +22,18 @@ __all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_
            "flb_decision", "flb_route_frames", "replay_items", "ctl_positions", "themis_d_inband",
            "themis_d_golden", "compare_classes", "themis_d_ctl_frame", "themis_s_inband", "golden_between",
            "selb_tor_params", "selb_tor_commands", "selb_cluster_commands", "selb_tick", "selb_decision",
-           "selb_reroute_frames"]
+           "selb_reroute_frames", "flb_owd_params", "flb_owd_commands", "flb_owd_tick", "flb_owd_result",
+           "flb_owd_frames", "flb_isolate_params", "flb_isolate_commands", "flb_isolate_tick",
+           "flb_isolate_result", "flb_isolate_frames", "flb_cnm_params", "flb_cnm_commands", "flb_cnm_tick",
+           "flb_cnm_result", "flb_cnm_frames"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
 
 #: The P4 programs and the lbpipe block whose golden model they follow.
 PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route",
-            "selb_tor": "selb-reroute"}
+            "selb_tor": "selb-reroute", "flb_owd": "flb-owd", "flb_isolate": "flb-isolate",
+            "flb_cnm": "flb-cnm"}
 
 #: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
 THEMIS_D_MAX_QPS = 2048
@@ -533,7 +537,7 @@ def replay(block, params, frames, ctl, tools=None):
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
-    if block in ("flb-route", "selb-reroute"):
+    if block in ("flb-route", "selb-reroute", "flb-owd", "flb-isolate", "flb-cnm"):
         raise ValueError(f"{block} is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
     expect = len(frames)
     if block == "themis-d-wire":
@@ -707,9 +711,16 @@ def replay_items(block, params, events, tools=None):
     (:func:`flb_route_frames`); returns the output items, the golden model's fields read off the frames."""
     if block == "selb-reroute":
         return _selb_replay_items(params, events, tools)
+    if block == "flb-owd":
+        return _owd_replay_items(params, events, tools)
+    if block == "flb-isolate":
+        return _isolate_replay_items(params, events, tools)
+    if block == "flb-cnm":
+        return _cnm_replay_items(params, events, tools)
     if block != "flb-route":
-        raise ValueError(f"--engine bmv2 runs metadata traces of flb-route (flb_edge.p4) and selb-reroute "
-                         f"(selb_tor.p4) only, not {block}")
+        raise ValueError(f"--engine bmv2 runs metadata traces of flb-route (flb_edge.p4), selb-reroute "
+                         f"(selb_tor.p4), flb-owd (flb_owd.p4), flb-isolate (flb_isolate.p4) and flb-cnm "
+                         f"(flb_cnm.p4) only, not {block}")
     commands, frames, n_items = flb_route_frames(events, params)
     tools = tools or find_toolchain()
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
@@ -879,3 +890,259 @@ def _selb_replay_items(params, events, tools):
         items.append({"kind": d["kind"], "tag": d["tag"], "flow": d["flow"], "path": d["path"], "tail": d["tail"],
                       "epoch": d["epoch"]})
     return items
+
+
+# -- FLB one-way delay (p4/flb_owd.p4, block flb-owd) ------------------------------------------------------------------
+
+#: The test harness header of flb_owd.p4 (p4/README.md): its EtherType and length; its tables are built for 1,024
+#: source edges of 16 paths.
+OWD_TICK_TYPE = 0x88B5
+OWD_TICK_LEN = 42
+OWD_ETH = bytes.fromhex("020000000002" "020000000001") + OWD_TICK_TYPE.to_bytes(2, "big")
+
+
+def flb_owd_params(params):
+    """The ``flb-owd`` parameters with their defaults, checked by the block's own rules (flb_owd.p4 models every
+    value the block takes); raises ValueError with one line for the others."""
+    full = {"n_edges": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"flb-owd has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.flb.owd import check_parameters
+    check_parameters(**full)
+    return full
+
+
+def flb_owd_commands(params, n_frames=0):
+    """``simple_switch_CLI`` lines for p4/flb_owd.p4: its configuration (n_edges, n_paths, the tick mask, the
+    largest delay), then the egress queue's depth: at least 4,096 frames and ``n_frames`` (bmv2's default, 64,
+    drops frames when the ingress of this short program outruns the output file's writer on a loaded machine).
+    The block's ``ctl`` commands all go in-band (harness op 1): a FORGET or FORGET_ALL before the first packet meets
+    the empty tables, as on the RTL after reset."""
+    p = flb_owd_params(params)
+    return [f"table_set_default owd_config set_config {p['n_edges']} {p['n_paths']} {(1 << p['time_bits']) - 1} "
+            f"{(1 << p['delay_bits']) - 1}", f"set_queue_depth {max(4096, n_frames)}"]
+
+
+def flb_owd_tick(op=0, *, kind=0, tag=0, sampled=0, reverse=0, edge=0, path=0, to_edge=0, stamp=0, now=0,
+                 table=0, index=0, data=0):
+    """The test harness header of flb_owd.p4 as it goes in (the output fields zero), with Ethernet before it."""
+    import struct
+    return OWD_ETH + struct.pack("!BBHBBHHIIB", op, kind, tag, sampled | reverse << 1, path, edge, to_edge, stamp,
+                                 now, table) + index.to_bytes(3, "big") + struct.pack("!Q", data) + bytes(10) + \
+        bytes(2)
+
+
+def flb_owd_result(frame):
+    """The item flb_owd.p4 wrote back: the block's output fields (``kind``, ``sampled``, ``edge``, ``path``,
+    ``reverse``, ``to_edge``, ``tag``, ``ok``, ``qdelay``, ``base_set``, ``pb_valid``, ``pb_path``, ``pb_delay``),
+    or None for a frame without the harness header."""
+    import struct
+    if len(frame) < 14 + OWD_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != OWD_TICK_TYPE:
+        return None
+    _, kind, tag, flags, path, edge, to_edge = struct.unpack_from("!BBHBBHH", frame, 14)
+    out, pb_path, qdelay, pb_delay = struct.unpack_from("!BBII", frame, 14 + 30)
+    return {"kind": kind, "sampled": flags & 1, "edge": edge, "path": path, "reverse": flags >> 1 & 1,
+            "to_edge": to_edge, "tag": tag, "ok": out & 1, "qdelay": qdelay, "base_set": out >> 1 & 1,
+            "pb_valid": out >> 2 & 1, "pb_path": pb_path, "pb_delay": pb_delay}
+
+
+def flb_owd_frames(events, params):
+    """A ``flb-owd`` metadata trace (``lbpipe trace flb-owd``) as p4/flb_owd.p4's input: ``(commands, frames,
+    n_items)``. Each item is one harness frame (op 0) carrying its fields; each command one frame (op 1), in trace
+    order. Items whose fields do not fit the header (kind over 8 bits, edges over 16, stamps over 32) are refused."""
+    p = flb_owd_params(params)
+    frames, n_items = [], 0
+    for event in events:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(flb_owd_tick(1, table=table, index=index, data=data))
+            continue
+        g = event["item"].get
+        fields = dict(kind=g("kind", 0), tag=g("tag", 0), sampled=g("sampled", 0), reverse=g("reverse", 0),
+                      edge=g("edge", 0), path=g("path", 0), to_edge=g("to_edge", 0), stamp=g("stamp", 0),
+                      now=g("now", 0))
+        limits = dict(kind=256, tag=1 << 16, sampled=2, reverse=2, edge=1 << 16, path=256, to_edge=1 << 16,
+                      stamp=1 << p["time_bits"], now=1 << p["time_bits"])
+        if not all(0 <= fields[k] < limits[k] for k in limits):
+            raise ValueError(f"flb_owd.p4 takes 16-bit tags and edges, 8-bit paths, time_bits-bit stamps and ticks, "
+                             f"not {event['item']!r}")
+        frames.append(flb_owd_tick(0, **fields))
+        n_items += 1
+    return flb_owd_commands(p, len(frames)), frames, n_items
+
+
+def _owd_replay_items(params, events, tools):
+    commands, frames, n_items = flb_owd_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "flb_owd.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    return [flb_owd_result(frame) for frame in out]
+
+
+# -- FLB isolation table (p4/flb_isolate.p4, block flb-isolate) --------------------------------------------------------
+
+#: The test harness header of flb_isolate.p4 (p4/README.md): its EtherType and length.
+ISO_TICK_TYPE = 0x88B5
+ISO_TICK_LEN = 33
+
+
+def flb_isolate_params(params):
+    """The ``flb-isolate`` parameters with their defaults, checked by the block's own rules (flb_isolate.p4 models
+    every value the block takes); raises ValueError with one line for the others."""
+    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "n_slots": 8, "time_bits": 16, "timeout": 4096}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"flb-isolate has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.flb.isolate import check_parameters
+    check_parameters(**full)
+    return full
+
+
+def flb_isolate_commands(params, n_frames=0):
+    """``simple_switch_CLI`` lines for p4/flb_isolate.p4: its configuration, then the egress queue's depth (as
+    :func:`flb_owd_commands`). The block has no tables: its ``ctl`` commands and the CNMs go in-band."""
+    p = flb_isolate_params(params)
+    return [f"table_set_default iso_config set_config {p['n_flows']} {p['n_dests']} {p['n_paths']} {p['n_slots']} "
+            f"{(1 << p['time_bits']) - 1} {p['timeout']}", f"set_queue_depth {max(4096, n_frames)}"]
+
+
+def flb_isolate_tick(op=0, *, tag=0, flow=0, dest=0, now=0, n=0, cong=0, table=0, index=0, data=0):
+    """The test harness header of flb_isolate.p4 as it goes in (the output fields zero), with Ethernet before it."""
+    import struct
+    return OWD_ETH + struct.pack("!BHIHIBBB", op, tag, flow, dest, now, n, cong, table) + index.to_bytes(3, "big") + \
+        struct.pack("!Q", data) + bytes(6)
+
+
+def flb_isolate_result(frame):
+    """The packet's result flb_isolate.p4 wrote back (``flow``, ``dest``, ``now``, ``tag``, ``ok``, ``isolated``,
+    ``path``, ``mask``, ``held``), or None for a frame without the harness header."""
+    import struct
+    if len(frame) < 14 + ISO_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != ISO_TICK_TYPE:
+        return None
+    _, tag, flow, dest, now = struct.unpack_from("!BHIHI", frame, 14)
+    flags, path, mask = struct.unpack_from("!BBH", frame, 14 + 27)
+    return {"flow": flow, "dest": dest, "now": now, "tag": tag, "ok": flags & 1, "isolated": flags >> 1 & 1,
+            "path": path, "mask": mask, "held": flags >> 2 & 1}
+
+
+def flb_isolate_frames(events, params):
+    """A ``flb-isolate`` trace (``lbpipe trace flb-isolate``: packets, ``upd`` CNMs and ``ctl`` commands) as
+    p4/flb_isolate.p4's input: ``(commands, frames, n_items)``, one harness frame per event in trace order (packets
+    op 0, commands op 1, CNMs op 2). Events whose fields do not fit the header are refused in one line."""
+    p = flb_isolate_params(params)
+    frames, n_items = [], 0
+    tmax = 1 << p["time_bits"]
+    for event in events:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(flb_isolate_tick(1, table=table, index=index, data=data))
+            continue
+        cnm = "upd" in event
+        g = (event["upd"] if cnm else event["item"]).get
+        fields = dict(flow=g("flow", 0), dest=g("dest", 0), now=g("now", 0))
+        limits = dict(flow=1 << 32, dest=1 << 16, now=tmax)
+        if cnm:
+            fields.update(n=g("n", 0), cong=g("cong", 0))
+            limits.update(n=256, cong=2)
+        else:
+            fields["tag"] = g("tag", 0)
+            limits["tag"] = 1 << 16
+        if not all(0 <= fields[k] < limits[k] for k in limits):
+            raise ValueError(f"flb_isolate.p4 takes 32-bit flows, 16-bit destinations and tags, 8-bit n, "
+                             f"time_bits-bit ticks, not {event!r}")
+        frames.append(flb_isolate_tick(2 if cnm else 0, **fields))
+        n_items += not cnm
+    return flb_isolate_commands(p, len(frames)), frames, n_items
+
+
+def _isolate_replay_items(params, events, tools):
+    commands, frames, n_items = flb_isolate_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "flb_isolate.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    return [flb_isolate_result(frame) for frame in out]
+
+
+# -- FLB congestion detection (p4/flb_cnm.p4, block flb-cnm) -----------------------------------------------------------
+
+#: The test harness header of flb_cnm.p4 (p4/README.md): its EtherType and length.
+CNM_TICK_TYPE = 0x88B5
+CNM_TICK_LEN = 41
+
+
+def flb_cnm_params(params):
+    """The ``flb-cnm`` parameters with their defaults, checked by the block's own rules (flb_cnm.p4 models every
+    value the block takes); raises ValueError with one line for the others."""
+    full = {"n_ports": 8, "n_slots": 4, "n_edges": 16, "flow_bits": 16, "amount_bits": 8, "q_bits": 16,
+            "threshold": 512}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"flb-cnm has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.flb.cnm import check_parameters
+    check_parameters(**full)
+    return full
+
+
+def flb_cnm_commands(params, n_frames=0):
+    """``simple_switch_CLI`` lines for p4/flb_cnm.p4: its configuration, then the egress queue's depth (as
+    :func:`flb_owd_commands`). The block's ``ctl`` commands (a new K) go in-band."""
+    p = flb_cnm_params(params)
+    return [f"table_set_default cnm_config set_config {p['n_ports']} {p['n_slots']} {(1 << p['q_bits']) - 1} "
+            f"{p['threshold']}", f"set_queue_depth {max(4096, n_frames)}"]
+
+
+def flb_cnm_tick(op=0, *, tag=0, port=0, deq=0, amount=0, flow=0, src=0, table=0, index=0, data=0):
+    """The test harness header of flb_cnm.p4 as it goes in (the output fields zero), with Ethernet before it."""
+    import struct
+    return OWD_ETH + struct.pack("!BHBBIIHB", op, tag, port, deq, amount, flow, src, table) + \
+        index.to_bytes(3, "big") + struct.pack("!Q", data) + bytes(14)
+
+
+def flb_cnm_result(frame):
+    """The result flb_cnm.p4 wrote back (the block's output fields), or None for a frame without the header."""
+    import struct
+    if len(frame) < 14 + CNM_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != CNM_TICK_TYPE:
+        return None
+    _, tag, port, deq, _, flow, src = struct.unpack_from("!BHBBIIH", frame, 14)
+    flags, qlen, cnm_flow, cnm_src, cnm_n = struct.unpack_from("!BIIHB", frame, 14 + 27)
+    return {"port": port, "deq": deq, "flow": flow, "src": src, "tag": tag, "ok": flags & 1, "qlen": qlen,
+            "cnm": flags >> 1 & 1, "cnm_cong": flags >> 2 & 1, "cnm_flow": cnm_flow, "cnm_src": cnm_src,
+            "cnm_n": cnm_n}
+
+
+def flb_cnm_frames(events, params):
+    """A ``flb-cnm`` metadata trace (``lbpipe trace flb-cnm``) as p4/flb_cnm.p4's input: ``(commands, frames,
+    n_items)``, one harness frame per item (op 0) and per command (op 1), in trace order. Items whose fields do not
+    fit the header are refused in one line."""
+    p = flb_cnm_params(params)
+    frames, n_items = [], 0
+    for event in events:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(flb_cnm_tick(1, table=table, index=index, data=data))
+            continue
+        g = event["item"].get
+        fields = dict(tag=g("tag", 0), port=g("port", 0), deq=g("deq", 0), amount=g("amount", 0),
+                      flow=g("flow", 0), src=g("src", 0))
+        limits = dict(tag=1 << 16, port=256, deq=2, amount=1 << p["amount_bits"], flow=1 << 32, src=1 << 16)
+        if not all(0 <= fields[k] < limits[k] for k in limits):
+            raise ValueError(f"flb_cnm.p4 takes 16-bit tags and sources, 8-bit ports, amount_bits-bit amounts, not "
+                             f"{event['item']!r}")
+        frames.append(flb_cnm_tick(0, **fields))
+        n_items += 1
+    return flb_cnm_commands(p, len(frames)), frames, n_items
+
+
+def _cnm_replay_items(params, events, tools):
+    commands, frames, n_items = flb_cnm_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "flb_cnm.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    return [flb_cnm_result(frame) for frame in out]

@@ -895,3 +895,326 @@ def test_cli_replay_selb_bmv2(tools, tmp_path):
                                "-o", str(outs[engine])], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert read_events(outs["bmv2"]) == read_events(outs["golden"])
+
+
+# -- FLB one-way delay (flb_owd.p4) ------------------------------------------------------------------------------------
+
+#: flb-owd tests (flb_owd.p4).
+TESTS_OWD = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+             == "flb-owd"]
+
+
+def _on_bmv2(names, default):
+    """The bmv2 runs of ``names``: those in ``default`` in the default profile, the others with LBPIPE_FULL=1 (each
+    run is about 7 s of wall time, mostly the switch's start delay)."""
+    full = pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the longer P4 tests")
+    return [n if n in default else pytest.param(n, marks=full) for n in names]
+
+
+def _owd_expected(name):
+    """Re-derived here from the test's commands.txt and input frames alone (the harness header's layout written
+    again: op, kind, tag, flags, path, edge, to_edge, stamp, now, then table, index, data; the result at byte 30):
+    the configuration the CLI line sets, each frame's item or command fed in order to the golden model
+    sim/flb/owd.py. Returns ``(test, expected frames, [(item, golden output)])``."""
+    from lbpipe.sim.flb.owd import Owd
+    test = p4.load_test(name)
+    line, depth = test["commands"]
+    assert depth == "set_queue_depth 4096"
+    words = line.split()
+    assert words[:3] == ["table_set_default", "owd_config", "set_config"], line
+    n_edges, n_paths, tmask, dmax = (int(w) for w in words[3:])
+    model = Owd(n_edges=n_edges, n_paths=n_paths, time_bits=tmask.bit_length(), delay_bits=dmax.bit_length())
+    frames, rows = [], []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 42
+        op, kind, tag, flags, path, edge, to_edge, stamp, now, table = struct.unpack_from("!BBHBBHHIIB", frame, 14)
+        if op == 1:
+            model.control({"table": table, "index": int.from_bytes(frame[33:36], "big"),
+                           "data": struct.unpack_from("!Q", frame, 36)[0]})
+            continue
+        assert op == 0 and frame[44:] == bytes(12)
+        item = {"kind": kind, "sampled": flags & 1, "edge": edge, "path": path, "stamp": stamp, "now": now,
+                "reverse": flags >> 1 & 1, "to_edge": to_edge, "tag": tag}
+        out = model.process(item)
+        rows.append((item, out))
+        bits = out["ok"] | out["base_set"] << 1 | out["pb_valid"] << 2
+        frames.append(frame[:44] + struct.pack("!BBII", bits, out["pb_path"], out["qdelay"], out["pb_delay"])
+                      + frame[54:])
+    return test, frames, rows
+
+
+#: flb-owd-cases worked by hand (make_flb_owd_tests.py's comments; 3 edges, 3 paths, 8-bit ticks, 6-bit delays):
+#: tag -> (ok, qdelay, base_set, pb_valid, pb_path, pb_delay).
+OWD_CASES = {0: (1, 0, 1, 0, 0, 0), 1: (1, 5, 0, 0, 0, 0), 2: (1, 0, 0, 1, 0, 5), 3: (1, 0, 0, 0, 0, 0),
+             4: (1, 0, 1, 0, 0, 0), 5: (1, 0, 1, 0, 0, 0), 6: (1, 10, 0, 0, 0, 0), 7: (1, 0, 1, 0, 0, 0),
+             8: (1, 63, 0, 0, 0, 0), 9: (1, 0, 1, 0, 0, 0), 10: (1, 0, 0, 1, 2, 0), 11: (1, 0, 1, 0, 0, 0),
+             12: (1, 1, 0, 0, 0, 0), 13: (0, 0, 0, 0, 0, 0), 14: (0, 0, 0, 0, 0, 0), 15: (0, 0, 0, 0, 0, 0),
+             16: (0, 0, 0, 0, 0, 0), 17: (1, 0, 0, 0, 0, 0), 18: (1, 0, 0, 1, 0, 1), 19: (1, 0, 1, 0, 0, 0),
+             20: (1, 12, 0, 0, 0, 0), 21: (1, 10, 0, 0, 0, 0), 22: (1, 3, 0, 0, 0, 0), 23: (1, 0, 0, 0, 0, 0),
+             24: (1, 0, 1, 0, 0, 0), 25: (1, 0, 1, 0, 0, 0), 26: (1, 0, 0, 0, 0, 0), 27: (1, 0, 1, 0, 0, 0),
+             28: (1, 5, 0, 0, 0, 0), 29: (1, 0, 0, 1, 2, 5), 30: (1, 0, 0, 1, 0, 0)}
+
+
+def test_owd_commands():
+    """Hand-worked: the configuration line (masks of 8 and 6 bits); parameters and items refused."""
+    assert p4.flb_owd_commands(dict(n_edges=3, n_paths=3, time_bits=8, delay_bits=6)) == [
+        "table_set_default owd_config set_config 3 3 255 63", "set_queue_depth 4096"]
+    assert p4.flb_owd_commands({}, 5000) == ["table_set_default owd_config set_config 16 8 65535 65535",
+                                             "set_queue_depth 5000"]
+    for bad in (dict(n_edges=1025), dict(n_paths=17), dict(time_bits=33), dict(delay_bits=20), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.flb_owd_commands(bad)
+    with pytest.raises(ValueError, match="flb_owd.p4 takes"):
+        p4.flb_owd_frames([{"item": {"sampled": 1, "stamp": 1 << 16}}], {})
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("flb-owd", {}, [], [])
+
+
+@pytest.mark.parametrize("name", TESTS_OWD)
+def test_owd_stored_files_match_golden(name):
+    """commands.txt is lbpipe/p4.py's for the parameters; packets_out.pcap and trace.jsonl are what this file
+    re-derives from packets_in.pcap; flb-owd-cases' results are the hand-worked ones."""
+    test, frames, rows = _owd_expected(name)
+    assert test["commands"] == p4.flb_owd_commands(test["params"])
+    assert test["expected"] == frames
+    assert [item for item, _ in rows] == [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    if name == "flb-owd-cases":
+        keys = ("ok", "qdelay", "base_set", "pb_valid", "pb_path", "pb_delay")
+        assert {o["tag"]: tuple(o[k] for k in keys) for _, o in rows} == OWD_CASES
+    assert all(any(o[k] for _, o in rows) for k in ("base_set", "pb_valid", "qdelay")), "the test must measure"
+
+
+@pytest.mark.parametrize("name", _on_bmv2(TESTS_OWD, ("flb-owd-cases", "flb-owd-mixed")))
+def test_owd_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs flb_owd.p4 on the test's frames: every item leaves with the result the golden model gives when fed
+    what this file re-derives; the in-band commands are dropped."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "flb_owd.p4"])
+    _, expected, _ = _owd_expected(name)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(out, expected)):
+        assert a == b, f"item #{i}: bmv2 {p4.flb_owd_result(a)}, golden {p4.flb_owd_result(b)}"
+
+
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-owd")
+def test_cli_replay_owd_bmv2(tools, tmp_path):
+    """``lbpipe replay flb-owd TRACE --engine bmv2`` writes the items the golden engine writes (flb-owd-mixed)."""
+    test = json.loads((P4 / "sim" / "test-flb-owd-mixed" / "test.json").read_text())
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.jsonl"
+        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-owd",
+                               str(P4 / "sim" / "test-flb-owd-mixed" / "trace.jsonl"), *flags, "--engine", engine,
+                               "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
+
+
+# -- FLB isolation table (flb_isolate.p4) ------------------------------------------------------------------------------
+
+#: flb-isolate tests (flb_isolate.p4).
+TESTS_ISO = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+             == "flb-isolate"]
+
+
+def _iso_expected(name):
+    """Re-derived here from the test's commands.txt and input frames alone (the harness header's layout written
+    again: op, tag, flow, dest, now, n, cong, then table, index, data; the result at byte 27): the configuration the
+    CLI line sets, each frame's packet, CNM or command fed in order to the golden model sim/flb/isolate.py. Returns
+    ``(test, expected frames, [(item, golden output)])``."""
+    from lbpipe.sim.flb.isolate import Isolate
+    test = p4.load_test(name)
+    line, depth = test["commands"]
+    assert depth == "set_queue_depth 4096"
+    words = line.split()
+    assert words[:3] == ["table_set_default", "iso_config", "set_config"], line
+    n_flows, n_dests, n_paths, n_slots, tmask, timeout = (int(w) for w in words[3:])
+    model = Isolate(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots,
+                    time_bits=tmask.bit_length(), timeout=timeout)
+    frames, rows = [], []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 33
+        op, tag, flow, dest, now, n, cong, table = struct.unpack_from("!BHIHIBBB", frame, 14)
+        assert frame[41:] == bytes(6)
+        if op == 1:
+            model.control({"table": table, "index": int.from_bytes(frame[30:33], "big"),
+                           "data": struct.unpack_from("!Q", frame, 33)[0]})
+            continue
+        if op == 2:
+            model.process_stream("upd", {"flow": flow, "dest": dest, "n": n, "cong": cong, "now": now})
+            continue
+        assert op == 0
+        item = {"flow": flow, "dest": dest, "now": now, "tag": tag}
+        out = model.process(item)
+        rows.append((item, out))
+        bits = out["ok"] | out["isolated"] << 1 | out["held"] << 2
+        frames.append(frame[:41] + struct.pack("!BBH", bits, out["path"], out["mask"]) + frame[45:])
+    return test, frames, rows
+
+
+#: flb-isolate-cases worked by hand (make_flb_isolate_tests.py's comments; 4 paths, 4 entries, timeout 50):
+#: tag -> (ok, isolated, path, mask, held).
+ISO_CASES = {0: (1, 0, 0, 0, 0), 1: (1, 1, 3, 8, 1), 2: (1, 1, 3, 8, 0), 3: (1, 1, 3, 12, 1), 4: (1, 1, 2, 12, 0),
+             5: (1, 1, 3, 8, 0), 6: (1, 0, 0, 12, 0), 7: (1, 0, 0, 0, 1), 8: (1, 1, 3, 12, 1), 9: (1, 1, 3, 8, 1),
+             10: (1, 0, 0, 8, 0), 11: (1, 1, 2, 12, 1), 12: (1, 1, 1, 14, 1), 13: (1, 1, 2, 14, 0),
+             14: (1, 1, 3, 14, 0), 15: (1, 0, 0, 0, 0), 16: (1, 0, 0, 0, 0), 17: (1, 0, 0, 8, 0), 18: (1, 1, 3, 8, 1),
+             19: (1, 1, 3, 8, 0), 20: (1, 0, 0, 0, 0), 21: (1, 0, 0, 0, 0), 22: (0, 0, 0, 0, 1), 23: (0, 0, 0, 0, 0)}
+
+
+def test_isolate_commands():
+    """Hand-worked: the configuration line; parameters and events refused."""
+    assert p4.flb_isolate_commands(dict(n_flows=64, n_dests=4, n_paths=4, n_slots=4, time_bits=8, timeout=50)) == [
+        "table_set_default iso_config set_config 64 4 4 4 255 50", "set_queue_depth 4096"]
+    assert p4.flb_isolate_commands({})[0] == "table_set_default iso_config set_config 65536 16 8 8 65535 4096"
+    for bad in (dict(n_slots=9), dict(n_paths=17), dict(n_dests=4097), dict(timeout=0), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.flb_isolate_commands(bad)
+    with pytest.raises(ValueError, match="flb_isolate.p4 takes"):
+        p4.flb_isolate_frames([{"upd": {"flow": 1, "dest": 0, "n": 1, "cong": 2, "now": 0}}], {})
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("flb-isolate", {}, [], [])
+
+
+@pytest.mark.parametrize("name", TESTS_ISO)
+def test_isolate_stored_files_match_golden(name):
+    """commands.txt is lbpipe/p4.py's for the parameters; packets_out.pcap and trace.jsonl's packets are what this
+    file re-derives from packets_in.pcap; flb-isolate-cases' results are the hand-worked ones."""
+    test, frames, rows = _iso_expected(name)
+    assert test["commands"] == p4.flb_isolate_commands(test["params"])
+    assert test["expected"] == frames
+    assert [item for item, _ in rows] == [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    if name == "flb-isolate-cases":
+        keys = ("ok", "isolated", "path", "mask", "held")
+        assert {o["tag"]: tuple(o[k] for k in keys) for _, o in rows} == ISO_CASES
+    assert all(any(o[k] for _, o in rows) for k in ("isolated", "held")), "the test must isolate flows"
+
+
+@pytest.mark.parametrize("name", _on_bmv2(TESTS_ISO, ("flb-isolate-cases",)))
+def test_isolate_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs flb_isolate.p4 on the test's frames: every packet leaves with the result the golden model gives
+    when fed what this file re-derives; CNM and command frames are dropped."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "flb_isolate.p4"])
+    _, expected, _ = _iso_expected(name)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(out, expected)):
+        assert a == b, f"packet #{i}: bmv2 {p4.flb_isolate_result(a)}, golden {p4.flb_isolate_result(b)}"
+
+
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-isolate")
+def test_cli_replay_isolate_bmv2(tools, tmp_path):
+    """``lbpipe replay flb-isolate TRACE --engine bmv2`` writes the items the golden engine writes (mixed)."""
+    test = json.loads((P4 / "sim" / "test-flb-isolate-mixed" / "test.json").read_text())
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.jsonl"
+        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-isolate",
+                               str(P4 / "sim" / "test-flb-isolate-mixed" / "trace.jsonl"), *flags, "--engine",
+                               engine, "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
+
+
+# -- FLB congestion detection (flb_cnm.p4) -----------------------------------------------------------------------------
+
+#: flb-cnm tests (flb_cnm.p4).
+TESTS_CNM = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+             == "flb-cnm"]
+
+
+def _cnm_expected(name):
+    """Re-derived here from the test's commands.txt and input frames alone (the harness header's layout written
+    again: op, tag, port, deq, amount, flow, src, then table, index, data; the result at byte 27): the configuration
+    the CLI line sets, each frame's item or command fed in order to the golden model sim/flb/cnm.py. Returns
+    ``(test, expected frames, [(item, golden output)])``."""
+    from lbpipe.sim.flb.cnm import Cnm
+    test = p4.load_test(name)
+    line, depth = test["commands"]
+    assert depth == "set_queue_depth 4096"
+    words = line.split()
+    assert words[:3] == ["table_set_default", "cnm_config", "set_config"], line
+    n_ports, n_slots, qmask, threshold = (int(w) for w in words[3:])
+    params = dict(test["params"])
+    model = Cnm(**dict(params, n_ports=n_ports, n_slots=n_slots, q_bits=qmask.bit_length(), threshold=threshold))
+    frames, rows = [], []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 41
+        op, tag, port, deq, amount, flow, src, table = struct.unpack_from("!BHBBIIHB", frame, 14)
+        assert frame[41:] == bytes(14)
+        if op == 1:
+            model.control({"table": table, "index": int.from_bytes(frame[30:33], "big"),
+                           "data": struct.unpack_from("!Q", frame, 33)[0]})
+            continue
+        assert op == 0
+        item = {"port": port, "deq": deq, "amount": amount, "flow": flow, "src": src, "tag": tag}
+        out = model.process(item)
+        rows.append((item, out))
+        bits = out["ok"] | out["cnm"] << 1 | out["cnm_cong"] << 2
+        frames.append(frame[:41] + struct.pack("!BIIHB", bits, out["qlen"], out["cnm_flow"], out["cnm_src"],
+                                               out["cnm_n"]) + frame[53:])
+    return test, frames, rows
+
+
+#: flb-cnm-cases worked by hand (make_flb_cnm_tests.py's comments; 2 ports, 2 slots, top 63, K 20 then 5 then 30):
+#: tag -> (ok, qlen, cnm, cnm_cong, cnm_flow, cnm_src, cnm_n).
+CNM_CASES = {0: (1, 10, 0, 0, 0, 0, 0), 1: (1, 20, 1, 1, 1, 3, 1), 2: (1, 25, 0, 0, 0, 0, 0),
+             3: (1, 30, 1, 1, 2, 4, 2), 4: (1, 35, 0, 0, 0, 0, 0), 5: (1, 25, 0, 0, 0, 0, 0),
+             6: (1, 63, 1, 1, 7, 1, 1), 7: (1, 63, 0, 0, 0, 0, 0), 8: (1, 19, 1, 0, 1, 3, 2),
+             9: (1, 19, 1, 0, 2, 4, 1), 10: (1, 0, 0, 0, 0, 0, 0), 11: (0, 0, 0, 0, 0, 0, 0),
+             12: (1, 5, 1, 1, 8, 2, 1), 13: (1, 6, 1, 1, 9, 9, 2), 14: (1, 4, 1, 0, 8, 2, 2),
+             15: (1, 7, 1, 1, 10, 1, 2), 16: (1, 0, 1, 0, 10, 1, 2), 17: (1, 0, 1, 0, 9, 9, 1),
+             18: (1, 23, 1, 0, 7, 1, 1)}
+
+
+def test_cnm_commands():
+    """Hand-worked: the configuration line; parameters and items refused."""
+    assert p4.flb_cnm_commands(dict(n_ports=2, n_slots=2, amount_bits=6, q_bits=6, threshold=20)) == [
+        "table_set_default cnm_config set_config 2 2 63 20", "set_queue_depth 4096"]
+    assert p4.flb_cnm_commands({})[0] == "table_set_default cnm_config set_config 8 4 65535 512"
+    for bad in (dict(n_ports=33), dict(n_slots=9), dict(q_bits=33), dict(threshold=0), dict(colour=1)):
+        with pytest.raises(ValueError):
+            p4.flb_cnm_commands(bad)
+    with pytest.raises(ValueError, match="flb_cnm.p4 takes"):
+        p4.flb_cnm_frames([{"item": {"port": 0, "amount": 256}}], {})
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("flb-cnm", {}, [], [])
+
+
+@pytest.mark.parametrize("name", TESTS_CNM)
+def test_cnm_stored_files_match_golden(name):
+    """commands.txt is lbpipe/p4.py's for the parameters; packets_out.pcap and trace.jsonl are what this file
+    re-derives from packets_in.pcap; flb-cnm-cases' results are the hand-worked ones."""
+    test, frames, rows = _cnm_expected(name)
+    assert test["commands"] == p4.flb_cnm_commands(test["params"])
+    assert test["expected"] == frames
+    assert [item for item, _ in rows] == [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    if name == "flb-cnm-cases":
+        keys = ("ok", "qlen", "cnm", "cnm_cong", "cnm_flow", "cnm_src", "cnm_n")
+        assert {o["tag"]: tuple(o[k] for k in keys) for _, o in rows} == CNM_CASES
+    assert any(o["cnm_cong"] for _, o in rows) and any(o["cnm"] and not o["cnm_cong"] for _, o in rows)
+
+
+@pytest.mark.parametrize("name", _on_bmv2(TESTS_CNM, ("flb-cnm-cases",)))
+def test_cnm_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs flb_cnm.p4 on the test's frames: every item leaves with the result the golden model gives when fed
+    what this file re-derives; the in-band commands are dropped."""
+    test, out = p4.run_test(name, tools, compiled[P4 / "flb_cnm.p4"])
+    _, expected, _ = _cnm_expected(name)
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(out, expected)):
+        assert a == b, f"item #{i}: bmv2 {p4.flb_cnm_result(a)}, golden {p4.flb_cnm_result(b)}"
+
+
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-cnm")
+def test_cli_replay_cnm_bmv2(tools, tmp_path):
+    """``lbpipe replay flb-cnm TRACE --engine bmv2`` writes the items the golden engine writes (flb-cnm-wide)."""
+    test = json.loads((P4 / "sim" / "test-flb-cnm-wide" / "test.json").read_text())
+    outs = {}
+    for engine in ("bmv2", "golden"):
+        outs[engine] = tmp_path / f"{engine}.jsonl"
+        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-cnm",
+                               str(P4 / "sim" / "test-flb-cnm-wide" / "trace.jsonl"), *flags, "--engine", engine,
+                               "-o", str(outs[engine])], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
