@@ -48,8 +48,8 @@ SCALE = {
     "flb-owd": ({"n_edges": lambda n: n // 8}, (1024, 4096, 8192)),
     # The isolation table is n_slots registers whatever n_flows: only the flow field widens with it.
     "flb-isolate": ({"n_flows": lambda n: n}, SIZES),
-    # The flow table's range stops at 4,096 flows (n_flows' check).
-    "selb-reroute": ({"n_flows": lambda n: n}, SIZES[:2]),
+    # The flow table's range stops at 4,096 flows (n_flows' check): three points up to it.
+    "selb-reroute": ({"n_flows": lambda n: n}, (1024, 2048, 4096)),
 }
 
 
