@@ -370,9 +370,15 @@ def run_switch(json_path, frames, commands, *, tools=None, expect=None, start_de
         t0 = time.monotonic()
         switch = subprocess.Popen(
             [str(tools / "simple_switch"), "--use-files", str(int(start_delay)), "-i", f"0@{tmp / 'port0'}",
-             "-i", f"1@{tmp / 'port1'}", "--thrift-port", str(port), str(json_path)],
+             "-i", f"1@{tmp / 'port1'}", "--thrift-port", str(port),
+             # a notifications socket of this run's own (the default is one per device id in /tmp, shared by
+             # switches started side by side, as parallel tests do: a second start failed "address already in use")
+             "--notifications-addr", f"ipc://{tmp / 'notifications.ipc'}", str(json_path)],
             stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
         try:
+            # egress queues deep enough for the whole input: with the default 64 frames, a loaded machine lost runs
+            # of frames when a short program outran the output file's writer
+            commands = [*commands, f"set_queue_depth {max(4096, len(frames))}"]
             _load(tools, port, commands, switch, deadline=t0 + start_delay)
             out = tmp / "port1_out.pcap"
             last, still = -1, time.monotonic()
