@@ -377,11 +377,11 @@ def cmd_replay(args):
         return 0
     if args.ctl or args.actions:
         raise ValueError("--ctl and --actions are for packet stages; a metadata trace carries its commands")
-    if args.engine == "bmv2" and block.name not in ("flb-route", "selb-reroute", "flb-owd", "flb-isolate",
-                                                    "flb-cnm"):
-        raise ValueError("--engine bmv2 runs the P4 programs of themis-s-wire, themis-d-wire (frames), flb-route, "
-                         "selb-reroute, flb-owd, flb-isolate and flb-cnm (a metadata trace as frames, "
-                         "p4/README.md), not other blocks")
+    if args.engine == "bmv2":
+        from .p4 import PROGRAMS
+        if block.name not in PROGRAMS.values() or not block.is_meta:
+            raise ValueError(f"--engine bmv2 runs the blocks with a P4 program ({', '.join(PROGRAMS.values())}; "
+                             f"p4/README.md), not {block.name}")
     events = read_events(args.trace)
     if args.output:
         _output_file(args.output)
