@@ -504,17 +504,21 @@ def test_flb_bmv2_matches_golden(name, tools, compiled):
     assert all(sum(o[k] for o in outs) > 0 for k in ("new", "rerouted")), "the test must create and move flows"
 
 
-@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-route")
-def test_cli_replay_flb_bmv2(tools, tmp_path):
-    """``lbpipe replay flb-route TRACE --engine bmv2`` writes the items the golden engine writes (flb-mixed)."""
-    test = json.loads((P4 / "sim" / "test-flb-mixed" / "test.json").read_text())
+@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on metadata traces")
+@pytest.mark.parametrize("block, test_dir", [("flb-route", "flb-mixed"), ("selb-reroute", "selb-mixed"),
+                                             ("flb-owd", "flb-owd-mixed"), ("flb-isolate", "flb-isolate-mixed"),
+                                             ("flb-cnm", "flb-cnm-wide")])
+def test_cli_replay_items_bmv2(tools, tmp_path, block, test_dir):
+    """``lbpipe replay BLOCK TRACE --engine bmv2`` writes the items the golden engine writes, for each metadata block
+    with a P4 program (its stored random trace)."""
+    where = P4 / "sim" / f"test-{test_dir}"
+    test = json.loads((where / "test.json").read_text())
     outs = {}
     for engine in ("bmv2", "golden"):
         outs[engine] = tmp_path / f"{engine}.jsonl"
         flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
-        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-route",
-                               str(P4 / "sim" / "test-flb-mixed" / "trace.jsonl"), *flags, "--engine", engine,
-                               "-o", str(outs[engine])], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", block, str(where / "trace.jsonl"), *flags,
+                               "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert read_events(outs["bmv2"]) == read_events(outs["golden"])
 
@@ -882,19 +886,6 @@ def test_selb_bmv2_matches_golden(name, tools, compiled):
         assert a == b, f"packet #{i}: bmv2 {p4.selb_decision(a)}, golden {p4.selb_decision(b)}"
 
 
-@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on selb-reroute")
-def test_cli_replay_selb_bmv2(tools, tmp_path):
-    """``lbpipe replay selb-reroute TRACE --engine bmv2`` writes the items the golden engine writes (selb-mixed)."""
-    test = json.loads((P4 / "sim" / "test-selb-mixed" / "test.json").read_text())
-    outs = {}
-    for engine in ("bmv2", "golden"):
-        outs[engine] = tmp_path / f"{engine}.jsonl"
-        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
-        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "selb-reroute",
-                               str(P4 / "sim" / "test-selb-mixed" / "trace.jsonl"), *flags, "--engine", engine,
-                               "-o", str(outs[engine])], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
 
 
 # -- FLB one-way delay (flb_owd.p4) ------------------------------------------------------------------------------------
@@ -995,19 +986,6 @@ def test_owd_bmv2_matches_golden(name, tools, compiled):
         assert a == b, f"item #{i}: bmv2 {p4.flb_owd_result(a)}, golden {p4.flb_owd_result(b)}"
 
 
-@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-owd")
-def test_cli_replay_owd_bmv2(tools, tmp_path):
-    """``lbpipe replay flb-owd TRACE --engine bmv2`` writes the items the golden engine writes (flb-owd-mixed)."""
-    test = json.loads((P4 / "sim" / "test-flb-owd-mixed" / "test.json").read_text())
-    outs = {}
-    for engine in ("bmv2", "golden"):
-        outs[engine] = tmp_path / f"{engine}.jsonl"
-        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
-        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-owd",
-                               str(P4 / "sim" / "test-flb-owd-mixed" / "trace.jsonl"), *flags, "--engine", engine,
-                               "-o", str(outs[engine])], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
 
 
 # -- FLB isolation table (flb_isolate.p4) ------------------------------------------------------------------------------
@@ -1100,19 +1078,6 @@ def test_isolate_bmv2_matches_golden(name, tools, compiled):
         assert a == b, f"packet #{i}: bmv2 {p4.flb_isolate_result(a)}, golden {p4.flb_isolate_result(b)}"
 
 
-@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-isolate")
-def test_cli_replay_isolate_bmv2(tools, tmp_path):
-    """``lbpipe replay flb-isolate TRACE --engine bmv2`` writes the items the golden engine writes (mixed)."""
-    test = json.loads((P4 / "sim" / "test-flb-isolate-mixed" / "test.json").read_text())
-    outs = {}
-    for engine in ("bmv2", "golden"):
-        outs[engine] = tmp_path / f"{engine}.jsonl"
-        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
-        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-isolate",
-                               str(P4 / "sim" / "test-flb-isolate-mixed" / "trace.jsonl"), *flags, "--engine",
-                               engine, "-o", str(outs[engine])], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
 
 
 # -- FLB congestion detection (flb_cnm.p4) -----------------------------------------------------------------------------
@@ -1205,16 +1170,3 @@ def test_cnm_bmv2_matches_golden(name, tools, compiled):
         assert a == b, f"item #{i}: bmv2 {p4.flb_cnm_result(a)}, golden {p4.flb_cnm_result(b)}"
 
 
-@pytest.mark.skipif(not os.environ.get("LBPIPE_FULL"), reason="LBPIPE_FULL=1: the CLI's bmv2 engine on flb-cnm")
-def test_cli_replay_cnm_bmv2(tools, tmp_path):
-    """``lbpipe replay flb-cnm TRACE --engine bmv2`` writes the items the golden engine writes (flb-cnm-wide)."""
-    test = json.loads((P4 / "sim" / "test-flb-cnm-wide" / "test.json").read_text())
-    outs = {}
-    for engine in ("bmv2", "golden"):
-        outs[engine] = tmp_path / f"{engine}.jsonl"
-        flags = [a for k, v in test["params"].items() for a in ("--param", f"{k}={v}")]
-        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-cnm",
-                               str(P4 / "sim" / "test-flb-cnm-wide" / "trace.jsonl"), *flags, "--engine", engine,
-                               "-o", str(outs[engine])], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-    assert read_events(outs["bmv2"]) == read_events(outs["golden"])
