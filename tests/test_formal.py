@@ -435,6 +435,21 @@ def test_broken_axil_bridge_is_caught(tmp_path, fault, part, reason, depth):
     _expect_fail(tmp_path, harness, reason, depth=depth)
 
 
+@pytest.mark.parametrize("fault, reason", [
+    # The bridge's READY or BVALID no longer agree with the beats owed: the invariants fail first, or with the rule.
+    ("accept_all", "beats owed != skid register + write in service"),
+    ("b_late", ("a B owed and not offered", "beats owed != skid register + write in service")),
+    ("r_twice", ("R spurious", "more than one R owed")),
+    ("stale_b", "a VALID high after reset"),
+], ids=["accept-all", "b-late", "r-twice", "stale-b-after-reset"])
+def test_broken_axil_bridge_fails_induction(tmp_path, fault, reason):
+    # The k-induction row's harness (handshake rules and the invariants that make them inductive) on broken bridges:
+    # the base case finds each counterexample, so the row reports FAIL, not UNKNOWN.
+    from lbpipe.formal.lib.axil import AxilBridgeContract
+    harness = AxilBridgeContract(lambda: _BrokenBridge(fault), ident=0x4C425031, part="handshake", invariants=True)
+    _expect_fail(tmp_path, harness, reason, method="prove", depth=10)
+
+
 @pytest.mark.parametrize("proof", [p for p in select("all") if p.block in ("lib-crc", "lib-axil")],
                          ids=lambda p: f"{p.block}: {p.prop}")
 def test_crc_and_axil_proofs_pass(tmp_path, proof):
@@ -494,6 +509,20 @@ def _themis_d_faults():
 ])
 def test_themis_d_broken_queue_is_caught(tmp_path, fault, reason):
     _expect_fail(tmp_path, _themis_d_queue(_themis_d_faults()[fault]), reason, depth=14)
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("tail-no-wrap", ("queue pointer out of range", "inconsistent pointers in")),
+    ("overwrite-keeps-head", ("queue tail != (head + count) mod depth", "inconsistent pointers in")),
+])
+def test_themis_d_broken_pointers_fail_induction(tmp_path, fault, reason):
+    # The k-induction row's harness (pointers and the invariants that make them inductive): the base case finds the
+    # counterexample, so the row reports FAIL, not UNKNOWN.
+    from lbpipe.formal.themis.proofs import THEMIS_D_SMALL
+    from lbpipe.formal.themis.queue import ThemisDQueue
+    harness = ThemisDQueue(lambda: _themis_d_faults()[fault](**THEMIS_D_SMALL), part="pointers", inductive=True,
+                           cover_arm=False)
+    _expect_fail(tmp_path, harness, reason, method="prove", depth=12)
 
 
 @pytest.mark.parametrize("proof", select("themis-d"), ids=lambda p: f"{p.block}: {p.prop}")
@@ -796,7 +825,7 @@ def test_cnm_broken_notification_is_caught(tmp_path, fault, reason):
     _expect_fail(tmp_path, CnmThreshold(_cnm_faults()[fault], n_slots=2, q_bits=4, threshold=3), reason, depth=12)
 
 
-_NEW_INVARIANT_BLOCKS = ("flb-owd", "flb-cnm", "selb-cluster")
+_NEW_INVARIANT_BLOCKS = ("flb-owd", "flb-cnm", "selb-cluster", "selb-reroute")
 
 
 @pytest.mark.parametrize("proof", [p for p in select("all")
@@ -873,3 +902,62 @@ def test_parser_broken_frames_are_caught(tmp_path, fault, reason):
     # Regression profile only: about 110 s for the five (the tag fault alone about 70 s).
     from lbpipe.formal.packet.parser import ParserFrames
     _expect_fail(tmp_path, ParserFrames(lambda: _LeakyParser(fault)), reason, depth=10)
+
+
+# -- SELB rerouting: a reroute's path, its tail, one per hold (formal/selb/reroute.py) --------------------------------
+
+
+def _reroute_faults():
+    """Reroute variants, each planting one fault in a stage method (a later assignment overrides the block's own)."""
+    from amaranth import Mux
+    from lbpipe.formal.selb.proofs import REROUTE_SMALL
+    from lbpipe.hdl.selb.reroute import Reroute
+
+    class PastAlt(Reroute):
+        # The flow moves to the path after the candidate (not necessarily an alt member, nor shortest).
+        def _decide(self, m, adv, item, valid, d):
+            super()._decide(m, adv, item, valid, d)
+            m.d.comb += d["new"].path.eq(Mux(d["move"], d["cand"] + 1, d["cur"]))
+
+    class NoHold(Reroute):
+        # A reroute is never remembered as in flight: the flow's next congested packet may move it again.
+        def _decide(self, m, adv, item, valid, d):
+            super()._decide(m, adv, item, valid, d)
+            m.d.comb += d["new"].inflight.eq(0)
+
+    class TailDropped(Reroute):
+        # The deciding packet leaves unmarked.
+        def _output(self, m, adv, item, valid, d):
+            super()._output(m, adv, item, valid, d)
+            with m.If(adv & valid):
+                m.d.sync += self.o.payload.tail.eq(0)
+
+    class EpochKept(Reroute):
+        # A move keeps the flow's epoch bit.
+        def _decide(self, m, adv, item, valid, d):
+            super()._decide(m, adv, item, valid, d)
+            m.d.comb += d["new"].epoch.eq(d["ent"].valid & d["ent"].epoch)
+
+    class IgnoresCongestion(Reroute):
+        # Every packet that is not stale counts as congested.
+        def _middle(self, m, adv, rd, s, v, start, d):
+            super()._middle(m, adv, rd, s, v, start, d)
+            with m.If(adv):
+                m.d.sync += d["live"].eq(1)
+
+    classes = {"past-alt": PastAlt, "no-hold": NoHold, "tail-dropped": TailDropped, "epoch-kept": EpochKept,
+               "ignores-congestion": IgnoresCongestion}
+    return {name: (lambda cls=cls: cls(**REROUTE_SMALL)) for name, cls in classes.items()}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("past-alt", "a rerouted flow's new path is not one its cluster offered"),
+    ("no-hold", "two reroutes of a flow within hold ticks"),
+    ("tail-dropped", "the flow's path or epoch changed without a tail"),
+    ("epoch-kept", "a tail without the epoch flipped behind it"),
+    ("ignores-congestion", "a tail for a packet that was not congested"),
+])
+def test_reroute_broken_decision_is_caught(tmp_path, fault, reason):
+    from lbpipe.formal.selb.reroute import RerouteDecisions
+    harness = RerouteDecisions(_reroute_faults()[fault], n_paths=4, time_bits=4, hold=4)
+    _expect_fail(tmp_path, harness, reason, depth=14)

@@ -69,15 +69,19 @@ class AxilBridgeContract(Harness):
     part : str
         ``"handshake"``: the handshake rules, counts, RESP, reset and reads; ``"order"``: the writes reaching
         ``ctl`` in issue order (the register copy); ``"all"``: both (two smaller solver problems go deeper).
+    invariants : bool
+        Also assert the invariants that make the handshake rules inductive (k-induction closes on them): the
+        harness's counts agree with what the ports show of the bridge's state (see :meth:`_inductive`).
     """
 
-    def __init__(self, build, *, ident, part="all"):
+    def __init__(self, build, *, ident, part="all", invariants=False):
         super().__init__(reset="free")
         if part not in ("handshake", "order", "all"):
             raise ValueError(f"part must be 'handshake', 'order' or 'all', not {part!r}")
         self._build = build
         self._ident = ident
         self._part = part
+        self._invariants = invariants
 
     def elaborate(self, platform):
         m = Module()
@@ -153,6 +157,8 @@ class AxilBridgeContract(Harness):
         owed = (aw_out > 0) & (w_out > 0) & ~bus.bvalid & ~ctl.valid
         m.d.sync += stall.eq(Mux(owed, stall + (stall < 3), 0))
         m.d.comb += Assert(stall < 2, "a B owed and not offered")
+        if self._invariants:
+            self._inductive(m, bus, ctl, aw_out, w_out, ar_out)
         # Reads of ID and of an unmapped word.
         ar_word = Signal(len(bus.araddr) - 2, name="ar_word")
         with m.If(ar_fire):
@@ -205,4 +211,18 @@ class AxilBridgeContract(Harness):
             Assert(~ctl.valid | commit_waits, "ctl command offered with no COMMIT waiting for its B"),
             Cover(commit_b),
             Cover(ctl.valid & ~ctl.ready & (ctl.payload.table != 0) & (ctl.payload.data[32:] != 0)),
+        ]
+
+    def _inductive(self, m, bus, ctl, aw_out, w_out, ar_out):
+        """The counts against the ports, from the datasheet's structure (one write in service, a one-entry skid
+        register per channel, READY from registered state): an AW (W) beat waits in the skid register exactly
+        while AWREADY (WREADY) is low, and a write in service (its B offered, or its COMMIT's command waiting on
+        ``ctl``) is the other one owed; B and ``ctl.valid`` never together; at most one R owed. With these, every
+        handshake assertion above follows from the state k cycles back, so k-induction proves them for all time."""
+        in_service = bus.bvalid | ctl.valid
+        m.d.comb += [
+            Assert(aw_out == (~bus.awready + in_service), "AW beats owed != skid register + write in service"),
+            Assert(w_out == (~bus.wready + in_service), "W beats owed != skid register + write in service"),
+            Assert(~(bus.bvalid & ctl.valid), "a B offered while a COMMIT's command waits"),
+            Assert(ar_out <= 1, "more than one R owed"),
         ]

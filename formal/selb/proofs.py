@@ -1,14 +1,18 @@
 """Proofs of the SELB blocks, small sizes: the stream contract (with the ``smp`` stream), valid independence and
-reset of the clustering engine. The harnesses use the block's public ports only (``i``, ``smp``, ``ctl``, ``o``,
-``stats``)."""
+reset of the clustering engine; the same three of the per-flow rerouting, and its decisions (:mod:`.reroute`). The
+harnesses use the blocks' public ports only (``i``, ``smp``, ``ctl``, ``o``, ``stats``)."""
 
 from lbpipe.hdl.selb.cluster import Cluster
+from lbpipe.hdl.selb.reroute import Reroute
 
 from lbpipe.formal.lib.harness import Proof
 from lbpipe.formal.lib.reset import ResetEmpty
+from lbpipe.formal.lib.standard import metadata_block_proofs
 from lbpipe.formal.lib.stream import StreamContract, ValidIndependence
 
-__all__ = ["PROOFS", "CLUSTER_SMALL"]
+from .reroute import RerouteDecisions
+
+__all__ = ["PROOFS", "CLUSTER_SMALL", "REROUTE_SMALL"]
 
 #: The small clustering engine: 4 paths, 3 clusters, 4-bit queues, one sweep, one draw per centroid.
 CLUSTER_SMALL = dict(n_paths=4, k=3, q_bits=4, iter_cap=1, draws=1, theta=2)
@@ -38,3 +42,32 @@ PROOFS = [
           lambda: StreamContract(_cluster, extra=("smp",), capacity=Cluster.latency, stall_bound=Cluster.latency),
           depth=16, deep=True),
 ]
+
+
+# -- per-flow rerouting -----------------------------------------------------------------------------------------------
+
+#: The small rerouting block: 2 flows (a 2-clock sweep after reset), 4 paths (a power of two, as the block requires),
+#: 4-bit ticks, a hold of 4 ticks (the timer wraps every 16).
+REROUTE_SMALL = dict(n_flows=2, n_paths=4, time_bits=4, hold=4)
+_REROUTE_LABEL = "n_flows=2, n_paths=4, time_bits=4, hold=4"
+
+
+def _reroute():
+    return Reroute(**REROUTE_SMALL)
+
+
+# docs/selb_reroute.md: a packet leaves 5 clocks after acceptance, all stages move together (at most 5 inside, an
+# output within 5 ready cycles); reset empties the pipeline, clears the counters and sweeps the flow table (n_flows
+# = 2 clocks, input not ready); ctl is always ready and ignored, so the input follows o.ready from then on. The deep
+# contract stops at 18: BMC step 18 ended after 40 s, step 19 had not ended after 200 more.
+PROOFS += metadata_block_proofs(
+    "selb-reroute", _REROUTE_LABEL, _reroute, Reroute.latency, contract_depth=14, valid_depth=12,
+    stats_cleared=True, ready_within=2, reset_prop="reset empties the pipeline, clears stats, sweep ends",
+    deep_depth=18)
+_REROUTE_DECISIONS = ("a reroute goes to a path the cluster offered, tail exactly on the deciding packet, "
+                      f"one reroute per hold ticks ({_REROUTE_LABEL})")
+PROOFS += [
+    Proof("selb-reroute", _REROUTE_DECISIONS,
+          lambda: RerouteDecisions(_reroute, n_paths=4, time_bits=4, hold=4), depth=14),
+]
+# No deep row of the decisions: BMC step 13 ends after 10 s, step 14 had not ended after 90 s more.

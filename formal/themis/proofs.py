@@ -73,4 +73,9 @@ PROOFS += [
           lambda: ThemisDQueue(_probed_themis_d, cover_arm=False), depth=15),
     Proof("themis-d", f"per-QP queue invariants ({_D_LABEL}), deep",
           lambda: ThemisDQueue(_probed_themis_d), depth=20, deep=True),
+    # k-induction of the pointers alone, with the invariants on every copy of a flow entry and on the scan's dequeue
+    # count (formal/themis/queue.py, _inductive): closes at k = 2 (k = 1 does not; without the invariants, not at 4).
+    Proof("themis-d", f"queue pointers head/tail/count consistent, for all time ({_D_LABEL})",
+          lambda: ThemisDQueue(_probed_themis_d, part="pointers", inductive=True, cover_arm=False),
+          method="prove", depth=3, cover_depth=14),
 ]

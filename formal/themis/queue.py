@@ -20,6 +20,10 @@ Asserted in every cycle:
   with verdict ``NACK_BLOCKED``.
 
 Covers: a full queue, a tail wrap, a scan read, a NACK's compensation armed.
+
+With ``part="pointers", inductive=True`` the harness states the queue pointers only, with the invariants that make
+them inductive (:meth:`ThemisDQueue._inductive`: consistent pointers in every copy of a flow entry that can be
+written back, the NACK scan's dequeue count within its entry's count), for k-induction: the pointers for all time.
 """
 
 from amaranth import Module, Mux, Signal
@@ -46,6 +50,14 @@ class ProbedThemisD(ThemisD):
         self.probe_at_wr = flows.read_port(domain="comb")
         return flow_rd, flow_wr, queues, psn_mod
 
+    def _stage_registers(self):
+        self.probe_stages = super()._stage_registers()
+        return self.probe_stages
+
+    def _forwarded_flow_entry(self, m, flow_rd, fw, s4):
+        self.probe_flow_rd, self.probe_fw = flow_rd, fw
+        return super()._forwarded_flow_entry(m, flow_rd, fw, s4)
+
     def _statistics(self, m, result, produce):
         self.probe_result, self.probe_produce = result, produce
         super()._statistics(m, result, produce)
@@ -70,19 +82,29 @@ class ThemisDQueue(Harness):
     cover_arm : bool
         Cover a NACK arming compensation (its first trace is 18 cycles long at the small instance: a set-up, a data
         packet, the NACK and its scan; shorter runs leave it out).
+    part : str
+        ``"all"``: the three properties; ``"pointers"``: the queue pointers only.
+    inductive : bool
+        Also assert the invariants that make the pointer property inductive (:meth:`_inductive`): every register
+        that holds a flow entry on its way back to the table has consistent pointers, and the scan's dequeue count
+        stays within the scanned entry's count.
     """
 
-    def __init__(self, build, *, cover_arm=True):
+    def __init__(self, build, *, cover_arm=True, part="all", inductive=False):
         super().__init__(reset="free")
+        if part not in ("all", "pointers"):
+            raise ValueError(f"part must be 'all' or 'pointers', not {part!r}")
         self._build = build
         self._cover_arm = cover_arm
+        self._part = part
+        self._inductive_inv = inductive
 
     def elaborate(self, platform):
         m = Module()
         self.domain(m)
         dut = self._build()
         # The harness elaborates the block itself, so the probes exist before it states anything about them.
-        m.submodules.dut = dut.elaborate(platform)
+        m.submodules.dut = body = dut.elaborate(platform)
         dut._MustUse__silence = True
         n_qps, depth = dut.n_qps, dut.queue_depth
         drive_source(self, m, dut.i, "i")
@@ -90,9 +112,45 @@ class ThemisDQueue(Harness):
         m.d.comb += dut.o.ready.eq(free(self, 1, "o_ready"))
 
         self._pointers(m, dut, n_qps, depth)
-        self._written(m, dut, n_qps, depth)
-        self._armed(m, dut)
+        if self._inductive_inv:
+            self._inductive(m, dut, body, depth)
+        if self._part == "all":
+            self._written(m, dut, n_qps, depth)
+            self._armed(m, dut)
         return m
+
+    def _inductive(self, m, dut, body, depth):
+        """Invariants for k-induction: the pointers of every copy of a flow entry that can reach the table (the flow
+        table's read data and its register ``rd_q``, the last two writes ``last_wr``/``prev_wr``, the compare stage's
+        choice ``base4``, the scan's entry, the write data) are consistent, so the read-modify-write stage, whichever
+        it forwards, writes a consistent entry; and the scan dequeues at most what its entry holds (``n1`` <= count;
+        before an out-of-range verdict, ``n1`` + reads in flight + reads left <= count), so the NACK's write-back
+        (``ring_drop(n1)``) keeps the pointers consistent."""
+        fw, scan = dut.probe_fw, dut.probe_scan
+        _, s2, s3, s4 = dut.probe_stages
+        # The read-modify-write stage's state register (the block's one FSM, in the module its elaborate returned).
+        fsm = body._generated["fsm"]
+        in_scan = fsm._data["signal"] == fsm.encoding["SCAN"]
+        # The read data and the registers fed from it hold an item's entry only while that item is in the stage that
+        # uses them (the read data register is not reset: at power-up it holds anything until the first read).
+        copies = {"flow_rd.data": (dut.probe_flow_rd.data, s2.valid), "rd_q": (fw.rd_q, s3.valid),
+                  "base4": (fw.base4, s4.valid), "last_wr": (fw.last_wr, None), "prev_wr": (fw.prev_wr, None),
+                  "sc_entry": (scan.entry, None), "flow_wr.data": (dut.probe_flow_wr.data, None)}
+        for name, (entry, when) in copies.items():
+            ring = entry.ring
+            ok = (ring.head < depth) & (ring.tail < depth) & (ring.count <= depth) & \
+                (ring.tail == _mod(ring.head + ring.count, depth))
+            m.d.comb += Assert(ok if when is None else ~when | ok, f"inconsistent pointers in {name}")
+        for s in (s3, s4):
+            classed = s.nack | s.data | s.setup | s.teardown
+            m.d.comb += Assert(~classed | s.valid, "a stage's item class set without a valid item")
+        count = scan.entry.ring.count
+        in_flight = (scan.pending + scan.pending2 + scan.pending3 + scan.x_valid + scan.d_valid + scan.f_valid)
+        m.d.comb += [
+            Assert(~in_scan | ~scan.oor, "scanning after an out-of-range verdict"),
+            Assert(scan.n1 <= count, "scan dequeues more than its entry holds"),
+            Assert(scan.oor | (scan.n1 + in_flight + scan.left <= count), "scan reads past its entry's count"),
+        ]
 
     def _pointers(self, m, dut, n_qps, depth):
         for qp, port in enumerate(dut.probe_entries):
