@@ -992,13 +992,14 @@ def _owd_replay_items(params, events, tools):
 
 #: The test harness header of flb_isolate.p4 (p4/README.md): its EtherType and length.
 ISO_TICK_TYPE = 0x88B5
-ISO_TICK_LEN = 33
+ISO_TICK_LEN = 34
 
 
 def flb_isolate_params(params):
     """The ``flb-isolate`` parameters with their defaults, checked by the block's own rules (flb_isolate.p4 models
     every value the block takes); raises ValueError with one line for the others."""
-    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "n_slots": 8, "time_bits": 16, "timeout": 4096}
+    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "n_slots": 8, "time_bits": 16, "timeout": 4096,
+            "n_ports": 8}
     unknown = set(params) - set(full)
     if unknown:
         raise ValueError(f"flb-isolate has no parameter {sorted(unknown)[0]!r}")
@@ -1013,14 +1014,14 @@ def flb_isolate_commands(params, n_frames=0):
     :func:`flb_owd_commands`). The block has no tables: its ``ctl`` commands and the CNMs go in-band."""
     p = flb_isolate_params(params)
     return [f"table_set_default iso_config set_config {p['n_flows']} {p['n_dests']} {p['n_paths']} {p['n_slots']} "
-            f"{(1 << p['time_bits']) - 1} {p['timeout']}", f"set_queue_depth {max(4096, n_frames)}"]
+            f"{(1 << p['time_bits']) - 1} {p['timeout']} {p['n_ports']}", f"set_queue_depth {max(4096, n_frames)}"]
 
 
-def flb_isolate_tick(op=0, *, tag=0, flow=0, dest=0, now=0, n=0, cong=0, table=0, index=0, data=0):
+def flb_isolate_tick(op=0, *, tag=0, flow=0, dest=0, now=0, n=0, cong=0, cp=0, table=0, index=0, data=0):
     """The test harness header of flb_isolate.p4 as it goes in (the output fields zero), with Ethernet before it."""
     import struct
-    return OWD_ETH + struct.pack("!BHIHIBBB", op, tag, flow, dest, now, n, cong, table) + index.to_bytes(3, "big") + \
-        struct.pack("!Q", data) + bytes(6)
+    return OWD_ETH + struct.pack("!BHIHIBBBB", op, tag, flow, dest, now, n, cong, cp, table) + \
+        index.to_bytes(3, "big") + struct.pack("!Q", data) + bytes(6)
 
 
 def flb_isolate_result(frame):
@@ -1030,7 +1031,7 @@ def flb_isolate_result(frame):
     if len(frame) < 14 + ISO_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != ISO_TICK_TYPE:
         return None
     _, tag, flow, dest, now = struct.unpack_from("!BHIHI", frame, 14)
-    flags, path, mask = struct.unpack_from("!BBH", frame, 14 + 27)
+    flags, path, mask = struct.unpack_from("!BBH", frame, 14 + 28)
     return {"flow": flow, "dest": dest, "now": now, "tag": tag, "ok": flags & 1, "isolated": flags >> 1 & 1,
             "path": path, "mask": mask, "held": flags >> 2 & 1}
 
@@ -1052,13 +1053,13 @@ def flb_isolate_frames(events, params):
         fields = dict(flow=g("flow", 0), dest=g("dest", 0), now=g("now", 0))
         limits = dict(flow=1 << 32, dest=1 << 16, now=tmax)
         if cnm:
-            fields.update(n=g("n", 0), cong=g("cong", 0))
-            limits.update(n=256, cong=2)
+            fields.update(n=g("n", 0), cong=g("cong", 0), cp=g("cp", 0))
+            limits.update(n=256, cong=2, cp=256)
         else:
             fields["tag"] = g("tag", 0)
             limits["tag"] = 1 << 16
         if not all(0 <= fields[k] < limits[k] for k in limits):
-            raise ValueError(f"flb_isolate.p4 takes 32-bit flows, 16-bit destinations and tags, 8-bit n, "
+            raise ValueError(f"flb_isolate.p4 takes 32-bit flows, 16-bit destinations and tags, 8-bit n and cp, "
                              f"time_bits-bit ticks, not {event!r}")
         frames.append(flb_isolate_tick(2 if cnm else 0, **fields))
         n_items += not cnm
@@ -1078,7 +1079,7 @@ def _isolate_replay_items(params, events, tools):
 
 #: The test harness header of flb_cnm.p4 (p4/README.md): its EtherType and length.
 CNM_TICK_TYPE = 0x88B5
-CNM_TICK_LEN = 41
+CNM_TICK_LEN = 42
 
 
 def flb_cnm_params(params):
@@ -1107,7 +1108,7 @@ def flb_cnm_tick(op=0, *, tag=0, port=0, deq=0, amount=0, flow=0, src=0, table=0
     """The test harness header of flb_cnm.p4 as it goes in (the output fields zero), with Ethernet before it."""
     import struct
     return OWD_ETH + struct.pack("!BHBBIIHB", op, tag, port, deq, amount, flow, src, table) + \
-        index.to_bytes(3, "big") + struct.pack("!Q", data) + bytes(14)
+        index.to_bytes(3, "big") + struct.pack("!Q", data) + bytes(15)
 
 
 def flb_cnm_result(frame):
@@ -1116,10 +1117,10 @@ def flb_cnm_result(frame):
     if len(frame) < 14 + CNM_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != CNM_TICK_TYPE:
         return None
     _, tag, port, deq, _, flow, src = struct.unpack_from("!BHBBIIH", frame, 14)
-    flags, qlen, cnm_flow, cnm_src, cnm_n = struct.unpack_from("!BIIHB", frame, 14 + 27)
+    flags, qlen, cnm_flow, cnm_src, cnm_n, cnm_cp = struct.unpack_from("!BIIHBB", frame, 14 + 27)
     return {"port": port, "deq": deq, "flow": flow, "src": src, "tag": tag, "ok": flags & 1, "qlen": qlen,
             "cnm": flags >> 1 & 1, "cnm_cong": flags >> 2 & 1, "cnm_flow": cnm_flow, "cnm_src": cnm_src,
-            "cnm_n": cnm_n}
+            "cnm_n": cnm_n, "cnm_cp": cnm_cp}
 
 
 def flb_cnm_frames(events, params):

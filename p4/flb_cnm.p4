@@ -6,11 +6,12 @@
 // [0, 2^q_bits - 1], and a set of up to n_slots congested flows. An enqueue leaving q >= K whose flow is not in the
 // port's set takes the lowest free slot and emits a congestion CNM with n = the set's count including it (no free
 // slot: no CNM). Any event leaving q < K while the set is not empty frees the lowest occupied slot and emits that
-// flow's release CNM with n = the count before the removal. A port at or above n_ports: rejected (ok 0).
+// flow's release CNM with n = the count before the removal. Every CNM names its congestion point (cnm_cp: the
+// port). A port at or above n_ports: rejected (ok 0).
 //
 // Test harness header (`cnm_tick_t`, EtherType 0x88B5, after Ethernet): op 0 an event (tag, port, deq, amount,
-// flow, src in; flags ok/cnm/cnm_cong, qlen, cnm_flow, cnm_src, cnm_n out; port 1), op 1 an lbpipe `ctl` command
-// (table 0: K = data's low q_bits bits unless 0; dropped).
+// flow, src in; flags ok/cnm/cnm_cong, qlen, cnm_flow, cnm_src, cnm_n, cnm_cp out; port 1), op 1 an lbpipe `ctl`
+// command (table 0: K = data's low q_bits bits unless 0; dropped).
 //
 // Control plane (lbpipe/p4.py flb_cnm_commands):
 //   table_set_default cnm_config set_config N_PORTS N_SLOTS Q_MASK THRESHOLD
@@ -26,7 +27,7 @@ header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
 header cnm_tick_t {
     bit<8> op; bit<16> tag; bit<8> port; bit<8> deq; bit<32> amount; bit<32> flow; bit<16> src;   // in: op 0
     bit<8> ctl_table; bit<24> ctl_index; bit<64> ctl_data;                                       // in: op 1
-    bit<8> flags; bit<32> qlen; bit<32> cnm_flow; bit<16> cnm_src; bit<8> cnm_n;                 // out: flags 0 ok,
+    bit<8> flags; bit<32> qlen; bit<32> cnm_flow; bit<16> cnm_src; bit<8> cnm_n; bit<8> cnm_cp;  // out: flags 0 ok,
     bit<16> ether_type;                                                                          // 1 cnm, 2 cong
 }
 
@@ -82,7 +83,7 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
             bit<1> ok = 0;
             bit<1> cnm = 0;
             bit<1> cong = 0;
-            h.tick.qlen = 0; h.tick.cnm_flow = 0; h.tick.cnm_src = 0; h.tick.cnm_n = 0;
+            h.tick.qlen = 0; h.tick.cnm_flow = 0; h.tick.cnm_src = 0; h.tick.cnm_n = 0; h.tick.cnm_cp = 0;
             if (h.tick.port < m.n_ports) {
                 ok = 1;
                 bit<32> qold;
@@ -107,6 +108,7 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
                         r_valid.write(at, 1); r_flow.write(at, h.tick.flow); r_src.write(at, h.tick.src);
                         cnm = 1; cong = 1;
                         h.tick.cnm_flow = h.tick.flow; h.tick.cnm_src = h.tick.src; h.tick.cnm_n = m.count + 1;
+                        h.tick.cnm_cp = h.tick.port;
                     }
                 } else if (q < k && m.count != 0) {
                     bit<32> at = base + (bit<32>)m.first_j;
@@ -114,6 +116,7 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
                     r_valid.write(at, 0);
                     cnm = 1;
                     h.tick.cnm_n = m.count;
+                    h.tick.cnm_cp = h.tick.port;
                 }
             }
             h.tick.flags = 5w0 ++ cong ++ cnm ++ ok;

@@ -1,11 +1,11 @@
-"""FLB congestion detection and CNM generation (flb-cnm): signature and parameters, a hand-worked sequence
-(crossing up and down, one CNM per flow per stay in the set, the set full, per-port sets, clamping at 0 and at the
-top, a forged port, threshold writes good and forged) on the golden model and on the RTL, with the counters; the
-golden model and the RTL (idle input, back-pressure, a CNM storm of every port crossing together) against an
-independent re-derivation written here; one event per clock measured.
+"""FLB congestion detection and CNM generation (flb-cnm): signature and parameters, a hand-worked sequence (crossing
+up and down, one CNM per flow per stay in the set, the congestion point, the set full, per-port sets, clamping at 0
+and at the top, a forged port, threshold writes good and forged) on the golden model and on the RTL, with the
+counters; the golden model and the RTL (idle input, back-pressure, a CNM storm of every port crossing together)
+against an independent re-derivation written here; one event per clock measured.
 
-Expected values come from the hand-worked comments or from :func:`rederive` below, written from the paper's
-sections 3.2 and 5 and the datasheet's choices, never from lbpipe.sim.flb."""
+Expected values come from the hand-worked comments or from :func:`rederive` below, written from the paper's sections
+3.2 and 5 and the datasheet's choices, never from lbpipe.sim.flb."""
 
 import os
 
@@ -40,7 +40,8 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
     """Sections 3.2 and 5 per event, with a dict ``isolated[port] = {slot: (flow, src)}``: the queue estimate is
     the running sum of enqueued minus dequeued amounts kept within ``[0, 2**q_bits)``; at or above K an enqueue
     notifies its flow once (lowest free slot; ``n`` counts it); below K each event releases the flow in the lowest
-    slot (``n`` counts it too). Returns ``[(ok, qlen, cnm, cong, flow, src, n)]`` and the counters
+    slot (``n`` counts it too); every CNM names its port as the congestion point. Returns
+    ``[(ok, qlen, cnm, cong, flow, src, n, cp)]`` and the counters
     ``[congestion CNMs, release CNMs, set full, clamped, rejected]``."""
     cap = 2 ** q_bits
     k = threshold
@@ -55,26 +56,26 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
         it = e["item"]
         p = it["port"]
         if p not in queue:
-            out.append((0, 0, 0, 0, 0, 0, 0))
+            out.append((0, 0, 0, 0, 0, 0, 0, 0))
             cnt[4] += 1
             continue
         want = queue[p] + (-it["amount"] if it["deq"] else it["amount"])
         queue[p] = min(max(want, 0), cap - 1)
         cnt[3] += queue[p] != want
         here = isolated[p]
-        row = (1, queue[p], 0, 0, 0, 0, 0)
+        row = (1, queue[p], 0, 0, 0, 0, 0, 0)
         if queue[p] >= k:
             if not it["deq"] and it["flow"] not in [f for f, _ in here.values()]:
                 free = [s for s in range(n_slots) if s not in here]
                 if free:
                     here[free[0]] = (it["flow"], it["src"])
-                    row = (1, queue[p], 1, 1, it["flow"], it["src"], len(here))
+                    row = (1, queue[p], 1, 1, it["flow"], it["src"], len(here), p)
                     cnt[0] += 1
                 else:
                     cnt[2] += 1
         elif here:
             s = min(here)
-            row = (1, queue[p], 1, 0, here[s][0], here[s][1], len(here))
+            row = (1, queue[p], 1, 0, here[s][0], here[s][1], len(here), p)
             del here[s]
             cnt[1] += 1
         out.append(row)
@@ -82,37 +83,38 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
 
 
 def _fields(outputs):
-    return [(o["ok"], o["qlen"], o["cnm"], o["cnm_cong"], o["cnm_flow"], o["cnm_src"], o["cnm_n"]) for o in outputs]
+    return [(o["ok"], o["qlen"], o["cnm"], o["cnm_cong"], o["cnm_flow"], o["cnm_src"], o["cnm_n"], o["cnm_cp"])
+            for o in outputs]
 
 
 # -- the hand-worked sequence ------------------------------------------------------------------------------------------
 
 def hand_worked():
-    """Events and expected (ok, qlen, cnm, cong, flow, src, n), worked by hand (P: 3 ports, 2 slots, 8-bit
+    """Events and expected (ok, qlen, cnm, cong, flow, src, n, cp), worked by hand (P: 3 ports, 2 slots, 8-bit
     estimates (top 255), K 60); and the expected counters."""
     ev, want = [], []
-    ev += [_e(0, 30, 1, 2)]; want += [(1, 30, 0, 0, 0, 0, 0)]    # 1 q 30 < 60: nothing
-    ev += [_e(0, 30, 2, 3)]; want += [(1, 60, 1, 1, 2, 3, 1)]    # 2 q 60 reaches K: flow 2 notified, n 1
-    ev += [_e(0, 10, 2, 3)]; want += [(1, 70, 0, 0, 0, 0, 0)]    # 3 flow 2 already notified: nothing
-    ev += [_e(0, 5, 1, 2)]; want += [(1, 75, 1, 1, 1, 2, 2)]     # 4 flow 1 notified, n 2
-    ev += [_e(0, 5, 7, 1)]; want += [(1, 80, 0, 0, 0, 0, 0)]     # 5 set full (2 slots): nothing, counted
-    ev += [_d(0, 10, 2)]; want += [(1, 70, 0, 0, 0, 0, 0)]       # 6 dequeue above K: nothing
-    ev += [_e(1, 63, 2, 0)]; want += [(1, 63, 1, 1, 2, 0, 1)]    # 7 port 1 has its own set: flow 2 again, n 1
-    ev += [_d(0, 20, 7)]; want += [(1, 50, 1, 0, 2, 3, 2)]       # 8 q 50 < 60: release slot 0 (flow 2), n 2
-    ev += [_e(0, 5, 3, 1)]; want += [(1, 55, 1, 0, 1, 2, 1)]     # 9 still below: release flow 1, n 1
-    ev += [_e(0, 5, 3, 1)]; want += [(1, 60, 1, 1, 3, 1, 1)]     # 10 up again: flow 3, n 1
-    ev += [_d(0, 63, 3)]; want += [(1, 0, 1, 0, 3, 1, 1)]        # 11 60 - 63: clamped to 0; release flow 3
-    ev += [_d(0, 1, 3)]; want += [(1, 0, 0, 0, 0, 0, 0)]         # 12 0 - 1: clamped; set empty, nothing
-    ev += [_e(3, 5, 4, 1)]; want += [(0, 0, 0, 0, 0, 0, 0)]      # 13 port 3 of 3: rejected
-    ev += [_e(1, 63, 9, 1)]; want += [(1, 126, 1, 1, 9, 1, 2)]   # 14 port 1: flow 9, n 2
-    ev += [_e(1, 63, 9, 1)]; want += [(1, 189, 0, 0, 0, 0, 0)]   # 15 flow 9 notified already
-    ev += [_e(1, 63, 4, 1)]; want += [(1, 252, 0, 0, 0, 0, 0)]   # 16 set full: counted
-    ev += [_e(1, 10, 2, 0)]; want += [(1, 255, 0, 0, 0, 0, 0)]   # 17 262 clamped to 255; flow 2 notified
+    ev += [_e(0, 30, 1, 2)]; want += [(1, 30, 0, 0, 0, 0, 0, 0)]    # 1 q 30 < 60: nothing
+    ev += [_e(0, 30, 2, 3)]; want += [(1, 60, 1, 1, 2, 3, 1, 0)]    # 2 q 60 reaches K: flow 2 notified, n 1
+    ev += [_e(0, 10, 2, 3)]; want += [(1, 70, 0, 0, 0, 0, 0, 0)]    # 3 flow 2 already notified: nothing
+    ev += [_e(0, 5, 1, 2)]; want += [(1, 75, 1, 1, 1, 2, 2, 0)]     # 4 flow 1 notified, n 2
+    ev += [_e(0, 5, 7, 1)]; want += [(1, 80, 0, 0, 0, 0, 0, 0)]     # 5 set full (2 slots): nothing, counted
+    ev += [_d(0, 10, 2)]; want += [(1, 70, 0, 0, 0, 0, 0, 0)]       # 6 dequeue above K: nothing
+    ev += [_e(1, 63, 2, 0)]; want += [(1, 63, 1, 1, 2, 0, 1, 1)]    # 7 port 1 has its own set: flow 2 again, n 1
+    ev += [_d(0, 20, 7)]; want += [(1, 50, 1, 0, 2, 3, 2, 0)]       # 8 q 50 < 60: release slot 0 (flow 2), n 2
+    ev += [_e(0, 5, 3, 1)]; want += [(1, 55, 1, 0, 1, 2, 1, 0)]     # 9 still below: release flow 1, n 1
+    ev += [_e(0, 5, 3, 1)]; want += [(1, 60, 1, 1, 3, 1, 1, 0)]     # 10 up again: flow 3, n 1
+    ev += [_d(0, 63, 3)]; want += [(1, 0, 1, 0, 3, 1, 1, 0)]        # 11 60 - 63: clamped to 0; release flow 3
+    ev += [_d(0, 1, 3)]; want += [(1, 0, 0, 0, 0, 0, 0, 0)]         # 12 0 - 1: clamped; set empty, nothing
+    ev += [_e(3, 5, 4, 1)]; want += [(0, 0, 0, 0, 0, 0, 0, 0)]      # 13 port 3 of 3: rejected
+    ev += [_e(1, 63, 9, 1)]; want += [(1, 126, 1, 1, 9, 1, 2, 1)]   # 14 port 1: flow 9, n 2
+    ev += [_e(1, 63, 9, 1)]; want += [(1, 189, 0, 0, 0, 0, 0, 0)]   # 15 flow 9 notified already
+    ev += [_e(1, 63, 4, 1)]; want += [(1, 252, 0, 0, 0, 0, 0, 0)]   # 16 set full: counted
+    ev += [_e(1, 10, 2, 0)]; want += [(1, 255, 0, 0, 0, 0, 0, 0)]   # 17 262 clamped to 255; flow 2 notified
     ev += [_k(200), _k(5, table=1), _k(256)]                     # K 200; then table 1 and K = 256 mod 256 = 0 ignored
-    ev += [_d(1, 60, 5)]; want += [(1, 195, 1, 0, 2, 0, 2)]      # 19 195 < 200: release flow 2 (src 0), n 2
-    ev += [_d(1, 0, 5)]; want += [(1, 195, 1, 0, 9, 1, 1)]       # 20 release flow 9, n 1
-    ev += [_e(1, 5, 5, 3)]; want += [(1, 200, 1, 1, 5, 3, 1)]    # 21 200 reaches K 200: flow 5, n 1
-    ev += [_e(2, 0, 6, 0)]; want += [(1, 0, 0, 0, 0, 0, 0)]      # 22 port 2 empty: nothing
+    ev += [_d(1, 60, 5)]; want += [(1, 195, 1, 0, 2, 0, 2, 1)]      # 19 195 < 200: release flow 2 (src 0), n 2
+    ev += [_d(1, 0, 5)]; want += [(1, 195, 1, 0, 9, 1, 1, 1)]       # 20 release flow 9, n 1
+    ev += [_e(1, 5, 5, 3)]; want += [(1, 200, 1, 1, 5, 3, 1, 1)]    # 21 200 reaches K 200: flow 5, n 1
+    ev += [_e(2, 0, 6, 0)]; want += [(1, 0, 0, 0, 0, 0, 0, 0)]      # 22 port 2 empty: nothing
     # congestion 2 4 7 10 14 21; release 8 9 11 19 20; full 5 16; clamped 11 12 17; rejected 13
     return ev, want, [6, 5, 2, 3, 1]
 
@@ -156,7 +158,7 @@ def test_signature():
                                                ("tag", 16)]
     assert [(n, f.width) for n, f in res] == [("port", 2), ("deq", 1), ("flow", 5), ("src", 2), ("tag", 16),
                                               ("ok", 1), ("qlen", 8), ("cnm", 1), ("cnm_cong", 1),
-                                              ("cnm_flow", 5), ("cnm_src", 2), ("cnm_n", 2)]
+                                              ("cnm_flow", 5), ("cnm_src", 2), ("cnm_n", 2), ("cnm_cp", 2)]
     assert members["stats"].shape == 5 * 32
     assert dut.latency == 6
 

@@ -997,8 +997,8 @@ TESTS_ISO = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "tes
 
 def _iso_expected(name):
     """Re-derived here from the test's commands.txt and input frames alone (the harness header's layout written
-    again: op, tag, flow, dest, now, n, cong, then table, index, data; the result at byte 27): the configuration the
-    CLI line sets, each frame's packet, CNM or command fed in order to the golden model sim/flb/isolate.py. Returns
+    again: op, tag, flow, dest, now, n, cong, cp, then table, index, data; the result at byte 28): the configuration
+    the CLI line sets, each frame's packet, CNM or command fed in order to the golden model sim/flb/isolate.py. Returns
     ``(test, expected frames, [(item, golden output)])``."""
     from lbpipe.sim.flb.isolate import Isolate
     test = p4.load_test(name)
@@ -1006,31 +1006,31 @@ def _iso_expected(name):
     assert depth == "set_queue_depth 4096"
     words = line.split()
     assert words[:3] == ["table_set_default", "iso_config", "set_config"], line
-    n_flows, n_dests, n_paths, n_slots, tmask, timeout = (int(w) for w in words[3:])
+    n_flows, n_dests, n_paths, n_slots, tmask, timeout, n_ports = (int(w) for w in words[3:])
     model = Isolate(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots,
-                    time_bits=tmask.bit_length(), timeout=timeout)
+                    time_bits=tmask.bit_length(), timeout=timeout, n_ports=n_ports)
     frames, rows = [], []
     for frame in test["frames"]:
-        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 33
-        op, tag, flow, dest, now, n, cong, table = struct.unpack_from("!BHIHIBBB", frame, 14)
-        assert frame[41:] == bytes(6)
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 34
+        op, tag, flow, dest, now, n, cong, cp, table = struct.unpack_from("!BHIHIBBBB", frame, 14)
+        assert frame[42:] == bytes(6)
         if op == 1:
-            model.control({"table": table, "index": int.from_bytes(frame[30:33], "big"),
-                           "data": struct.unpack_from("!Q", frame, 33)[0]})
+            model.control({"table": table, "index": int.from_bytes(frame[31:34], "big"),
+                           "data": struct.unpack_from("!Q", frame, 34)[0]})
             continue
         if op == 2:
-            model.process_stream("upd", {"flow": flow, "dest": dest, "n": n, "cong": cong, "now": now})
+            model.process_stream("upd", {"flow": flow, "dest": dest, "cp": cp, "n": n, "cong": cong, "now": now})
             continue
         assert op == 0
         item = {"flow": flow, "dest": dest, "now": now, "tag": tag}
         out = model.process(item)
         rows.append((item, out))
         bits = out["ok"] | out["isolated"] << 1 | out["held"] << 2
-        frames.append(frame[:41] + struct.pack("!BBH", bits, out["path"], out["mask"]) + frame[45:])
+        frames.append(frame[:42] + struct.pack("!BBH", bits, out["path"], out["mask"]) + frame[46:])
     return test, frames, rows
 
 
-#: flb-isolate-cases worked by hand (make_flb_isolate_tests.py's comments; 4 paths, 4 entries, timeout 50):
+#: flb-isolate-cases worked by hand (make_flb_isolate_tests.py's comments; 4 paths, 4 entries, timeout 50, 3 points):
 #: tag -> (ok, isolated, path, mask, held).
 ISO_CASES = {0: (1, 0, 0, 0, 0), 1: (1, 1, 3, 8, 1), 2: (1, 1, 3, 8, 0), 3: (1, 1, 3, 12, 1), 4: (1, 1, 2, 12, 0),
              5: (1, 1, 3, 8, 0), 6: (1, 0, 0, 12, 0), 7: (1, 0, 0, 0, 1), 8: (1, 1, 3, 12, 1), 9: (1, 1, 3, 8, 1),
@@ -1041,10 +1041,12 @@ ISO_CASES = {0: (1, 0, 0, 0, 0), 1: (1, 1, 3, 8, 1), 2: (1, 1, 3, 8, 0), 3: (1, 
 
 def test_isolate_commands():
     """Hand-worked: the configuration line; parameters and events refused."""
-    assert p4.flb_isolate_commands(dict(n_flows=64, n_dests=4, n_paths=4, n_slots=4, time_bits=8, timeout=50)) == [
-        "table_set_default iso_config set_config 64 4 4 4 255 50", "set_queue_depth 4096"]
-    assert p4.flb_isolate_commands({})[0] == "table_set_default iso_config set_config 65536 16 8 8 65535 4096"
-    for bad in (dict(n_slots=9), dict(n_paths=17), dict(n_dests=4097), dict(timeout=0), dict(colour=1)):
+    assert p4.flb_isolate_commands(dict(n_flows=64, n_dests=4, n_paths=4, n_slots=4, time_bits=8, timeout=50,
+                                        n_ports=3)) == [
+        "table_set_default iso_config set_config 64 4 4 4 255 50 3", "set_queue_depth 4096"]
+    assert p4.flb_isolate_commands({})[0] == "table_set_default iso_config set_config 65536 16 8 8 65535 4096 8"
+    for bad in (dict(n_slots=9), dict(n_paths=17), dict(n_dests=4097), dict(timeout=0), dict(n_ports=33),
+                dict(colour=1)):
         with pytest.raises(ValueError):
             p4.flb_isolate_commands(bad)
     with pytest.raises(ValueError, match="flb_isolate.p4 takes"):
@@ -1103,9 +1105,9 @@ def _cnm_expected(name):
     model = Cnm(**dict(params, n_ports=n_ports, n_slots=n_slots, q_bits=qmask.bit_length(), threshold=threshold))
     frames, rows = [], []
     for frame in test["frames"]:
-        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 41
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5 and len(frame) == 14 + 42
         op, tag, port, deq, amount, flow, src, table = struct.unpack_from("!BHBBIIHB", frame, 14)
-        assert frame[41:] == bytes(14)
+        assert frame[41:] == bytes(15)
         if op == 1:
             model.control({"table": table, "index": int.from_bytes(frame[30:33], "big"),
                            "data": struct.unpack_from("!Q", frame, 33)[0]})
@@ -1115,20 +1117,20 @@ def _cnm_expected(name):
         out = model.process(item)
         rows.append((item, out))
         bits = out["ok"] | out["cnm"] << 1 | out["cnm_cong"] << 2
-        frames.append(frame[:41] + struct.pack("!BIIHB", bits, out["qlen"], out["cnm_flow"], out["cnm_src"],
-                                               out["cnm_n"]) + frame[53:])
+        frames.append(frame[:41] + struct.pack("!BIIHBB", bits, out["qlen"], out["cnm_flow"], out["cnm_src"],
+                                               out["cnm_n"], out["cnm_cp"]) + frame[54:])
     return test, frames, rows
 
 
 #: flb-cnm-cases worked by hand (make_flb_cnm_tests.py's comments; 2 ports, 2 slots, top 63, K 20 then 5 then 30):
-#: tag -> (ok, qlen, cnm, cnm_cong, cnm_flow, cnm_src, cnm_n).
-CNM_CASES = {0: (1, 10, 0, 0, 0, 0, 0), 1: (1, 20, 1, 1, 1, 3, 1), 2: (1, 25, 0, 0, 0, 0, 0),
-             3: (1, 30, 1, 1, 2, 4, 2), 4: (1, 35, 0, 0, 0, 0, 0), 5: (1, 25, 0, 0, 0, 0, 0),
-             6: (1, 63, 1, 1, 7, 1, 1), 7: (1, 63, 0, 0, 0, 0, 0), 8: (1, 19, 1, 0, 1, 3, 2),
-             9: (1, 19, 1, 0, 2, 4, 1), 10: (1, 0, 0, 0, 0, 0, 0), 11: (0, 0, 0, 0, 0, 0, 0),
-             12: (1, 5, 1, 1, 8, 2, 1), 13: (1, 6, 1, 1, 9, 9, 2), 14: (1, 4, 1, 0, 8, 2, 2),
-             15: (1, 7, 1, 1, 10, 1, 2), 16: (1, 0, 1, 0, 10, 1, 2), 17: (1, 0, 1, 0, 9, 9, 1),
-             18: (1, 23, 1, 0, 7, 1, 1)}
+#: tag -> (ok, qlen, cnm, cnm_cong, cnm_flow, cnm_src, cnm_n, cnm_cp).
+CNM_CASES = {0: (1, 10, 0, 0, 0, 0, 0, 0), 1: (1, 20, 1, 1, 1, 3, 1, 0), 2: (1, 25, 0, 0, 0, 0, 0, 0),
+             3: (1, 30, 1, 1, 2, 4, 2, 0), 4: (1, 35, 0, 0, 0, 0, 0, 0), 5: (1, 25, 0, 0, 0, 0, 0, 0),
+             6: (1, 63, 1, 1, 7, 1, 1, 1), 7: (1, 63, 0, 0, 0, 0, 0, 0), 8: (1, 19, 1, 0, 1, 3, 2, 0),
+             9: (1, 19, 1, 0, 2, 4, 1, 0), 10: (1, 0, 0, 0, 0, 0, 0, 0), 11: (0, 0, 0, 0, 0, 0, 0, 0),
+             12: (1, 5, 1, 1, 8, 2, 1, 0), 13: (1, 6, 1, 1, 9, 9, 2, 0), 14: (1, 4, 1, 0, 8, 2, 2, 0),
+             15: (1, 7, 1, 1, 10, 1, 2, 0), 16: (1, 0, 1, 0, 10, 1, 2, 0), 17: (1, 0, 1, 0, 9, 9, 1, 0),
+             18: (1, 23, 1, 0, 7, 1, 1, 1)}
 
 
 def test_cnm_commands():
@@ -1154,7 +1156,7 @@ def test_cnm_stored_files_match_golden(name):
     assert test["expected"] == frames
     assert [item for item, _ in rows] == [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
     if name == "flb-cnm-cases":
-        keys = ("ok", "qlen", "cnm", "cnm_cong", "cnm_flow", "cnm_src", "cnm_n")
+        keys = ("ok", "qlen", "cnm", "cnm_cong", "cnm_flow", "cnm_src", "cnm_n", "cnm_cp")
         assert {o["tag"]: tuple(o[k] for k in keys) for _, o in rows} == CNM_CASES
     assert any(o["cnm_cong"] for _, o in rows) and any(o["cnm"] and not o["cnm_cong"] for _, o in rows)
 

@@ -10,7 +10,8 @@ judged against the K in force when it leaves). For every offered result it asser
 * a CNM only for an ``ok`` event (a forged port does nothing);
 * a congestion CNM only for an enqueue whose estimate ``qlen`` is ``>= K``; a release CNM only when ``qlen < K``;
 * ``1 <= cnm_n <= n_slots`` with a CNM (a congestion counts the flow it adds, a release the set before it);
-  ``cnm_n``, ``cnm_flow``, ``cnm_src`` are 0 without one.
+* ``cnm_cp`` (the congestion point) is the event's port with a CNM;
+  ``cnm_n``, ``cnm_flow``, ``cnm_src``, ``cnm_cp`` are 0 without one.
 
 Covers: a congestion CNM that fills the set (``cnm_n == n_slots``); a release CNM after a threshold write.
 """
@@ -56,12 +57,13 @@ class CnmThreshold(Harness):
         o = dut.o.payload
         v = dut.o.valid
         cnm = v & o.cnm
-        cleared = (o.cnm_n == 0) & (o.cnm_flow == 0) & (o.cnm_src == 0) & ~o.cnm_cong
+        cleared = (o.cnm_n == 0) & (o.cnm_flow == 0) & (o.cnm_src == 0) & (o.cnm_cp == 0) & ~o.cnm_cong
         m.d.comb += [
             Assert(~cnm | o.ok, "a CNM for a forged event"),
             Assert(~cnm | ~o.cnm_cong | (~o.deq & (o.qlen >= k)), "a congestion CNM below K or for a dequeue"),
             Assert(~cnm | o.cnm_cong | (o.qlen < k), "a release CNM at or above K"),
             Assert(~cnm | ((o.cnm_n >= 1) & (o.cnm_n <= self._ns)), "a CNM's count outside 1..n_slots"),
+            Assert(~cnm | (o.cnm_cp == o.port), "a CNM's congestion point is not its port"),
             Assert(~v | o.cnm | cleared, "CNM fields set without a CNM"),
             Cover(cnm & o.cnm_cong & (o.cnm_n == self._ns)),
             Cover(cnm & ~o.cnm_cong & written),

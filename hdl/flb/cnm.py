@@ -4,9 +4,11 @@ docs/flb_cnm.md).
 Per egress port, a queue-length estimate ``q`` kept from enqueue and dequeue events (as the paper's Tofino build
 does: a counter per port), and a small **set** of the port's congested flows (``n_slots`` entries of flow id and
 source edge). An enqueue that leaves ``q >= K`` (the isolation threshold) by a flow not in its port's set adds the
-flow and emits a congestion CNM (flow, source edge, ``n`` = the set's count with it, flag 1); any event that leaves
-``q < K`` while the port's set holds flows removes the lowest one and emits its release CNM (flag 0, ``n`` = the
-count before). So each flow gets one congestion CNM and one release CNM per stay in the set.
+flow and emits a congestion CNM (flow, source edge, ``n`` = the set's count with it, flag 1, the congestion point
+``cp`` = the port); any event that leaves ``q < K`` while the port's set holds flows removes the lowest one and
+emits its release CNM (flag 0, ``n`` = the count before, ``cp`` = the port). So each flow gets one congestion CNM
+and one release CNM per stay in the set; the congestion point lets the source edge switch give every flow of one
+port the port's latest ``n`` (flb-isolate), so that a port's flows sum to one link's rate.
 
 Pipeline (one register stage per cycle, all moved by one ``adv``; latency 6)::
 
@@ -76,11 +78,12 @@ def CnmItem(*, n_ports=8, n_edges=16, flow_bits=16, amount_bits=8):
 def CnmResult(*, n_ports=8, n_slots=4, n_edges=16, flow_bits=16, q_bits=16):
     """The event's identity passed through; ``ok`` (0: forged port, nothing done); ``qlen`` (the port's estimate
     after the event); the CNM: ``cnm`` (valid), ``cnm_cong`` (1 congestion, 0 release), ``cnm_flow``,
-    ``cnm_src`` (the source edge switch it goes to), ``cnm_n`` (congested flows of the port); 0 without a CNM."""
-    eb = _bits(n_edges)
-    return data.StructLayout({"port": _bits(n_ports), "deq": 1, "flow": flow_bits, "src": eb, "tag": TAG_BITS,
+    ``cnm_src`` (the source edge switch it goes to), ``cnm_n`` (congested flows of the port), ``cnm_cp`` (the
+    congestion point: the egress port whose set the flow is in); 0 without a CNM."""
+    eb, pb = _bits(n_edges), _bits(n_ports)
+    return data.StructLayout({"port": pb, "deq": 1, "flow": flow_bits, "src": eb, "tag": TAG_BITS,
                               "ok": 1, "qlen": q_bits, "cnm": 1, "cnm_cong": 1, "cnm_flow": flow_bits,
-                              "cnm_src": eb, "cnm_n": (n_slots).bit_length()})
+                              "cnm_src": eb, "cnm_n": (n_slots).bit_length(), "cnm_cp": pb})
 
 
 def _below(value, limit):
@@ -182,7 +185,8 @@ class Cnm(wiring.Component):
                      rflow=Signal(self._fb, name="a5_rel_flow", reset_less=True),
                      rsrc=Signal(self._eb, name="a5_rel_src", reset_less=True))
         st[6].update(cnm=Signal(name="a6_cnm"), cong=Signal(name="a6_cong"), n=Signal(self._ns.bit_length(),
-                     name="a6_n"), cflow=Signal(self._fb, name="a6_cnm_flow"), csrc=Signal(self._eb, name="a6_cnm_src"))
+                     name="a6_n"), cflow=Signal(self._fb, name="a6_cnm_flow"), csrc=Signal(self._eb, name="a6_cnm_src"),
+                     cp=Signal(_bits(self._np), name="a6_cnm_cp", reset_less=True))
         return st
 
     @staticmethod
@@ -307,7 +311,8 @@ class Cnm(wiring.Component):
             m.d.sync += [a6["cnm"].eq(cong | rel), a6["cong"].eq(cong),
                          a6["n"].eq(Mux(cong, pop + 1, Mux(rel, pop, 0))),
                          a6["cflow"].eq(Mux(cong, it.flow, Mux(rel, a5["rflow"], 0))),
-                         a6["csrc"].eq(Mux(cong, it.src, Mux(rel, a5["rsrc"], 0)))]
+                         a6["csrc"].eq(Mux(cong, it.src, Mux(rel, a5["rsrc"], 0))),
+                         a6["cp"].eq(Mux(a5["add"] | a5["rel"], it.port, 0))]
         go = adv & a5["valid"]
         counts = [counter32(m, "n_cong", go & cong), counter32(m, "n_release", go & rel),
                   counter32(m, "n_full", go & full), counter32(m, "n_clamped", go & a5["clamp"]),
@@ -315,10 +320,12 @@ class Cnm(wiring.Component):
         m.d.comb += self.stats.eq(Cat(*counts))
 
     def _output(self, m, st):
-        """``o`` from A6's registers."""
+        """``o`` from A6's registers. The congestion point ``cnm_cp`` (the event's port, whose set the CNM's flow is
+        in) is registered at A5 from ``add | rel`` (registers) and gated by A6's ``cnm`` here, one LUT after the
+        registers, so that it adds nothing to A5's CNM decision."""
         a6, o = st[6], self.o.payload
         it = a6["item"]
         m.d.comb += [self.o.valid.eq(a6["valid"]), o.port.eq(it.port), o.deq.eq(it.deq), o.flow.eq(it.flow),
                      o.src.eq(it.src), o.tag.eq(it.tag), o.ok.eq(a6["ok"]), o.qlen.eq(a6["qlen"]),
                      o.cnm.eq(a6["cnm"]), o.cnm_cong.eq(a6["cong"]), o.cnm_flow.eq(a6["cflow"]),
-                     o.cnm_src.eq(a6["csrc"]), o.cnm_n.eq(a6["n"])]
+                     o.cnm_src.eq(a6["csrc"]), o.cnm_n.eq(a6["n"]), o.cnm_cp.eq(Mux(a6["cnm"], a6["cp"], 0))]

@@ -1,16 +1,19 @@
 """FLB source edge switch: the isolation table (FLB: sections 3.2, 3.3; datasheet docs/flb_isolate.md).
 
-CNMs from destination edge switches (stream ``upd``: flow, the destination edge it came from, ``n``, the congestion
-flag, the timer's ``now`` on arrival) and packets (stream ``i``: flow, destination, ``now``) go through one serial
-pipeline, one event per clock (a CNM is a packet arriving at the switch: it takes a packet's clock). The table is
-``n_slots`` registers of (valid, flow, destination, weight, stamp). A congestion CNM isolates its flow (lowest free
-slot; a repeated one refreshes the weight), a non-congestion CNM releases it, and a flow idle (no packet, no CNM) for
-``timeout`` ticks is released by the next event. Per destination the isolation paths are the highest-numbered
-``k`` paths, ``k = ceil(sum of the isolated flows' converged rates / C)`` capped at ``n_paths - 1``: a flow reported
-with ``n`` congested flows converges to ``C/n`` (section 3.3), kept exactly as the integer weight ``840 / n``
-(840 = lcm(1..8), so ``n`` flows at ``C/n`` sum to exactly one path). An isolated flow takes path
-``n_paths - 1 - (rank mod k)``, its rank the number of its destination's live entries in lower slots (so a
-destination's flows fill its ``k`` paths in turn, whatever slots other destinations hold).
+CNMs from destination edge switches (stream ``upd``: flow, the destination edge it came from, the congestion point
+``cp`` there (its egress port), ``n``, the congestion flag, the timer's ``now`` on arrival) and packets (stream
+``i``: flow, destination, ``now``) go through one serial pipeline, one event per clock (a CNM is a packet arriving
+at the switch: it takes a packet's clock). The table is ``n_slots`` registers of (valid, flow, destination, point,
+weight, stamp). A congestion CNM isolates its flow (lowest free slot; a repeated one refreshes the weight and the
+point) and gives every entry of its congestion point (destination, ``cp``) the weight of its ``n``: a point's flows
+all use its latest ``n``. A non-congestion CNM releases its flow (the point's other entries keep their ``n``), and a
+flow idle (no packet, no CNM) for ``timeout`` ticks is released by the next event. Per destination the isolation
+paths are the highest-numbered ``k`` paths, ``k = ceil(sum of the isolated flows' converged rates / C)`` capped at
+``n_paths - 1``: a flow of a point whose latest ``n`` is ``n`` converges to ``C/n`` (section 3.3), kept exactly as
+the integer weight ``840 / n`` (840 = lcm(1..8)), so the ``m`` flows of one point here sum to exactly ``m/n``
+paths (the ``n`` flows of one congested port, one path). An isolated flow takes path ``n_paths - 1 - (rank mod
+k)``, its rank the number of its destination's live entries in lower slots (so a destination's flows fill its ``k``
+paths in turn, whatever slots other destinations hold).
 
 Pipeline (one register stage per cycle, all moved by one ``adv``; latency 6)::
 
@@ -26,14 +29,14 @@ Choices where the paper is silent (all in the datasheet): a small fully associat
 flows, full: counted, not isolated); ``n`` from 1 to 8 (flb-cnm's range), weights ``840 / n``; the highest-numbered
 paths isolate, path 0 never, a destination's flows spread over them by rank among its entries; the timeout counts
 from the flow's last packet or CNM (the paper's "inactive" entries) and is evaluated at every event; forged CNMs
-(destination or flow out of range, ``n`` 0 or above 8) and stale ones (a release of a flow not isolated, or a CNM
+(destination, flow or point out of range, ``n`` 0 or above 8) and stale ones (a release of a flow not isolated, or a CNM
 naming another destination than the flow's entry) are counted and change nothing; ``ctl`` has no tables (commands
 ignored). Departure from the paper (datasheet): the flow moves to its isolation path as soon as the CNM is applied,
 not where its last packet is pending, so packets sent before the pause can be overtaken.
 
-S0 compares every slot against the incoming event (age, flow, destination) one clock ahead; a slot that S1 writes
-in the same clock is compared against S1's event instead (``touched``), so back-to-back events of one flow need no
-stall.
+S0 compares every slot against the incoming event (age, flow, destination, point) one clock ahead; a slot that S1
+writes in the same clock is compared against S1's event instead (``touched``; for the point, ``touched_cp``: a
+packet's hit writes the stamp, not the point), so back-to-back events of one flow or one point need no stall.
 """
 
 from itertools import combinations
@@ -57,10 +60,10 @@ def _bits(n):
     return max(1, (n - 1).bit_length())
 
 
-def check_parameters(*, n_flows, n_dests, n_paths, n_slots, time_bits, timeout):
+def check_parameters(*, n_flows, n_dests, n_paths, n_slots, time_bits, timeout, n_ports=8):
     """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with."""
     for name, value in (("n_flows", n_flows), ("n_dests", n_dests), ("n_paths", n_paths), ("n_slots", n_slots),
-                        ("time_bits", time_bits), ("timeout", timeout)):
+                        ("time_bits", time_bits), ("timeout", timeout), ("n_ports", n_ports)):
         check_int(name, value)
     if not 2 <= n_flows <= 1 << 20:
         raise ValueError(f"n_flows must be 2 to 2**20, not {n_flows}")
@@ -74,6 +77,8 @@ def check_parameters(*, n_flows, n_dests, n_paths, n_slots, time_bits, timeout):
         raise ValueError(f"time_bits must be 4 to 32, not {time_bits}")
     if not 1 <= timeout < 1 << time_bits:
         raise ValueError(f"timeout must be 1 to 2**time_bits - 1, not {timeout}")
+    if not 1 <= n_ports <= 32:
+        raise ValueError(f"n_ports must be 1 to 32, not {n_ports}")
 
 
 def IsolateItem(*, n_flows=65536, n_dests=16, time_bits=16):
@@ -81,10 +86,12 @@ def IsolateItem(*, n_flows=65536, n_dests=16, time_bits=16):
     return data.StructLayout({"flow": _bits(n_flows), "dest": _bits(n_dests), "now": time_bits, "tag": TAG_BITS})
 
 
-def IsolateCnm(*, n_flows=65536, n_dests=16, time_bits=16):
-    """One CNM received: ``flow``, ``dest`` (the destination edge switch that sent it), ``n`` (congested flows,
-    1 to 8), ``cong`` (1 congestion, 0 non-congestion), ``now`` (the timer on arrival)."""
-    return data.StructLayout({"flow": _bits(n_flows), "dest": _bits(n_dests), "n": 4, "cong": 1, "now": time_bits})
+def IsolateCnm(*, n_flows=65536, n_dests=16, time_bits=16, n_ports=8):
+    """One CNM received: ``flow``, ``dest`` (the destination edge switch that sent it), ``cp`` (the congestion
+    point there: flb-cnm's egress port), ``n`` (congested flows of that point, 1 to 8), ``cong`` (1 congestion,
+    0 non-congestion), ``now`` (the timer on arrival)."""
+    return data.StructLayout({"flow": _bits(n_flows), "dest": _bits(n_dests), "cp": _bits(n_ports), "n": 4,
+                              "cong": 1, "now": time_bits})
 
 
 def IsolateResult(*, n_flows=65536, n_dests=16, n_paths=8, time_bits=16):
@@ -126,6 +133,8 @@ class Isolate(wiring.Component):
         Width of the timer's ticks (flb-route's), 4 to 32.
     timeout : int
         Ticks of inactivity after which an isolated flow is released, 1 to ``2**time_bits - 1``.
+    n_ports : int
+        Congestion points per destination edge switch (flb-cnm's ``n_ports``), 1 to 32.
 
     Members
     -------
@@ -139,19 +148,21 @@ class Isolate(wiring.Component):
 
     latency = 6
 
-    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096):
+    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096, n_ports=8):
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots, time_bits=time_bits,
-                         timeout=timeout)
+                         timeout=timeout, n_ports=n_ports)
+        self._np, self._cb = n_ports, _bits(n_ports)
         self._nf, self._nd, self._n, self._ns, self._tb, self._to = (n_flows, n_dests, n_paths, n_slots, time_bits,
                                                                      timeout)
         self._fb, self._db, self._pb = _bits(n_flows), _bits(n_dests), _bits(n_paths)
         self._wb = RATE_ONE.bit_length()
         self._item = IsolateItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits)
-        self._slot = data.StructLayout({"valid": 1, "flow": self._fb, "dest": self._db, "w": self._wb,
-                                        "stamp": time_bits})
+        self._slot = data.StructLayout({"valid": 1, "flow": self._fb, "dest": self._db, "cp": self._cb,
+                                        "w": self._wb, "stamp": time_bits})
         super().__init__({
             "i": In(stream.Signature(self._item)),
-            "upd": In(stream.Signature(IsolateCnm(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits))),
+            "upd": In(stream.Signature(IsolateCnm(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits,
+                                                  n_ports=n_ports))),
             "o": Out(stream.Signature(IsolateResult(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths,
                                                     time_bits=time_bits))),
             "ctl": In(ControlSignature()),
@@ -219,8 +230,10 @@ class Isolate(wiring.Component):
         self._ok1 = Signal(name="s1_ok")
         self._exp1 = Signal(self._ns, name="s1_expired_then")
         self._eqf1, self._eqd1 = Signal(self._ns, name="s1_flow_eq"), Signal(self._ns, name="s1_dest_eq")
-        self._prev1 = Signal(3, name="s1_vs_prev")  # age over, flow equal, dest equal: against S1's event
-        ok_range = _below(flow, self._nf) & _below(dest, self._nd)
+        self._prev1 = Signal(4, name="s1_vs_prev")  # age over, flow, dest, point equal: against S1's event
+        self._cp1 = Signal(self._cb, name="s1_cp")
+        self._eqc1 = Signal(self._ns, name="s1_cp_eq")
+        ok_range = _below(flow, self._nf) & _below(dest, self._nd) & (~is_cnm | _below(u.cp, self._np))
         n_ok = (u.n != 0) & (u.n <= N_MAX)
         weight = Signal(self._wb)
         with m.Switch(u.n):
@@ -236,7 +249,9 @@ class Isolate(wiring.Component):
                          self._exp1.eq(Cat(self._age_over(now, s.stamp) for s in self._slots)),
                          self._eqf1.eq(Cat(s.flow == flow for s in self._slots)),
                          self._eqd1.eq(Cat(s.dest == dest for s in self._slots)),
-                         self._prev1.eq(Cat(self._age_over(now, s1.now), flow == s1.flow, dest == s1.dest))]
+                         self._eqc1.eq(Cat(s.cp == u.cp for s in self._slots)), self._cp1.eq(u.cp),
+                         self._prev1.eq(Cat(self._age_over(now, s1.now), flow == s1.flow, dest == s1.dest,
+                                            u.cp == self._cp1))]
 
     def _apply_stage(self, m):
         """S1: the event on the table. Slots aged ``timeout`` or more are released first; then a CNM isolates
@@ -247,7 +262,9 @@ class Isolate(wiring.Component):
         adv, go = self._adv, self._adv & self._v[1]
         ns = self._ns
         touched = Signal(ns, name="s1_touched")
-        pexp, peqf, peqd = self._prev1[0], self._prev1[1], self._prev1[2]
+        touchc = Signal(ns, name="s1_touched_cp")      # slots whose point S1 wrote (a packet's hit writes none)
+        pexp, peqf, peqd, peqc = self._prev1[0], self._prev1[1], self._prev1[2], self._prev1[3]
+        pc = Signal(ns, name="s1_cp_is")
         x, f, d = Signal(ns, name="s1_aged"), Signal(ns, name="s1_flow_is"), Signal(ns, name="s1_dest_is")
         live, expired = Signal(ns, name="s1_live"), Signal(ns, name="s1_expired")
         hit, hitd, free = Signal(ns, name="s1_hit"), Signal(ns, name="s1_hit_dest"), Signal(ns, name="s1_free")
@@ -255,7 +272,8 @@ class Isolate(wiring.Component):
             m.d.comb += [x[j].eq(Mux(touched[j], pexp, self._exp1[j])), f[j].eq(Mux(touched[j], peqf, self._eqf1[j])),
                          d[j].eq(Mux(touched[j], peqd, self._eqd1[j])), live[j].eq(s.valid & ~x[j]),
                          expired[j].eq(s.valid & x[j]), hit[j].eq(live[j] & f[j]), hitd[j].eq(hit[j] & d[j]),
-                         free[j].eq(~live[j] & (live[:j].all() if j else C(1, 1)))]
+                         free[j].eq(~live[j] & (live[:j].all() if j else C(1, 1))),
+                         pc[j].eq(Mux(touchc[j], peqc, self._eqc1[j]))]
         any_hit, any_hitd = Signal(name="s1_any_hit"), Signal(name="s1_any_hit_dest")
         any_free = Signal(name="s1_any_free")
         m.d.comb += [any_hit.eq(hit.any()), any_hitd.eq(hitd.any()), any_free.eq(~live.all())]
@@ -268,22 +286,28 @@ class Isolate(wiring.Component):
                      stale.eq(c_ok & ((cong & any_hit & ~any_hitd) | (~cong & ~any_hitd))),
                      full.eq(c_ok & cong & ~any_hit & ~any_free), pkt_hit.eq(~cnm & ok & any_hitd)]
         it = self._it[1]
-        wrote = []
+        point = Signal(name="s1_point_n")               # a congestion CNM: its point's entries take its n
+        m.d.comb += point.eq(c_ok & cong)
+        wrote, wrote_cp = [], []
         for j, s in enumerate(self._slots):
             w_add = add & free[j]
             w_ref = (refresh | pkt_hit) & hitd[j]
+            w_cp = w_add | (refresh & hitd[j])
             wrote.append(w_add | w_ref)
+            wrote_cp.append(w_cp)
             with m.If(go):
                 with m.If(expired[j] | (release & hitd[j])):
                     m.d.sync += s.valid.eq(0)
                 with m.If(w_add):
                     m.d.sync += [s.valid.eq(1), s.flow.eq(it.flow), s.dest.eq(it.dest)]
-                with m.If(w_add | (refresh & hitd[j])):
+                with m.If(w_cp | (point & d[j] & pc[j])):
                     m.d.sync += s.w.eq(self._w1)
+                with m.If(w_cp):
+                    m.d.sync += s.cp.eq(self._cp1)
                 with m.If(w_add | w_ref):
                     m.d.sync += s.stamp.eq(it.now)
         with m.If(adv):
-            m.d.sync += touched.eq(Mux(self._v[1], Cat(wrote), 0))
+            m.d.sync += [touched.eq(Mux(self._v[1], Cat(wrote), 0)), touchc.eq(Mux(self._v[1], Cat(wrote_cp), 0))]
         # the destination's weights after this event (a packet changes no weight, releases no slot but by age)
         self._terms = [Signal(self._wb, name=f"s2_term{j}") for j in range(ns)]
         self._hit2 = Signal(ns, name="s2_hit")

@@ -127,7 +127,8 @@ def _cnm_extra(params, component):
 BLOCKS.append(Block(
     name="flb-cnm",
     summary="FLB destination edge switch: per-port queue estimate from enqueue/dequeue events; crossing the "
-            "isolation threshold K emits a congestion CNM per new flow (flow, source edge, n), falling below it "
+            "isolation threshold K emits a congestion CNM per new flow (flow, source edge, n, congestion point), "
+            "falling below it "
             "releases them one per event",
     paper_ref="FLB, sections 3.2, 3.3, 5",
     params=[
@@ -164,10 +165,11 @@ BLOCKS.append(Block(
 def _isolate_extra(params, component):
     fb = max(1, (params["n_flows"] - 1).bit_length())
     db = max(1, (params["n_dests"] - 1).bit_length())
-    per_slot = 1 + fb + db + 10 + params["time_bits"]
+    cb = max(1, (params["n_ports"] - 1).bit_length())
+    per_slot = 1 + fb + db + cb + 10 + params["time_bits"]
     return {
         "State": f"registers, no memory: {params['n_slots']} slots x {per_slot} bit (valid, {fb}-bit flow, {db}-bit "
-                 f"destination, 10-bit weight 840/n, {params['time_bits']}-bit stamp)",
+                 f"destination, {cb}-bit congestion point, 10-bit weight 840/n, {params['time_bits']}-bit stamp)",
         "Latency": f"{component.latency} cycles, one packet or CNM per clock (back-to-back events of one flow "
                    f"included)",
     }
@@ -177,7 +179,7 @@ BLOCKS.append(Block(
     name="flb-isolate",
     summary="FLB source edge switch: isolation table of congested flows from CNMs (upd), released by a "
             "non-congestion CNM or a timeout; per packet whether its flow is isolated, its isolation path, and the "
-            "destination's isolated-path set (the top ceil(sum C/n / C) paths)",
+            "destination's isolated-path set (the top ceil(sum C/n / C) paths, n a congestion point's latest count)",
     paper_ref="FLB, sections 3.2, 3.3",
     params=[
         Param("n_flows", 65536, "flow index range (flb-route's key), 2 to 2**20"),
@@ -186,18 +188,20 @@ BLOCKS.append(Block(
         Param("n_slots", 8, "isolated flows held at once, 1 to 8"),
         Param("time_bits", 16, "width of the timer's ticks (flb-route's), 4 to 32"),
         Param("timeout", 4096, "ticks of inactivity after which an isolated flow is released (paper: 1 ms)"),
+        Param("n_ports", 8, "congestion points (flb-cnm's egress ports) per destination edge, 1 to 32"),
     ],
     build=load("lbpipe.hdl.flb.isolate:Isolate"),
     golden=load("lbpipe.sim.flb.isolate:Isolate"),
     test_params=[
-        dict(n_flows=16, n_dests=3, n_paths=4, n_slots=4, time_bits=8, timeout=40),
-        dict(n_flows=12, n_dests=5, n_paths=5, n_slots=3, time_bits=6, timeout=20),
-        dict(n_flows=64, n_dests=2, n_paths=8, n_slots=8, time_bits=10, timeout=300),
+        dict(n_flows=16, n_dests=3, n_paths=4, n_slots=4, time_bits=8, timeout=40, n_ports=4),
+        dict(n_flows=12, n_dests=5, n_paths=5, n_slots=3, time_bits=6, timeout=20, n_ports=3),
+        dict(n_flows=64, n_dests=2, n_paths=8, n_slots=8, time_bits=10, timeout=300, n_ports=8),
     ],
     regression_items=3000,
     random_params=lambda rng: (lambda tb: dict(
         n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
-        n_slots=rng.randrange(1, 9), time_bits=tb, timeout=rng.randrange(1, 1 << tb)))(rng.randrange(4, 17)),
+        n_slots=rng.randrange(1, 9), time_bits=tb, timeout=rng.randrange(1, 1 << tb),
+        n_ports=rng.randrange(1, 33)))(rng.randrange(4, 17)),
     tb_module="lbpipe.tb.flb.test_isolate",
     trace="lbpipe.sim.flb.isolate:isolate_trace",
     streams=("upd",),

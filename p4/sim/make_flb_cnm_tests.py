@@ -22,7 +22,7 @@ CASES_PARAMS = dict(n_ports=2, n_slots=2, n_edges=16, flow_bits=16, amount_bits=
 
 def cases():
     """Hand-picked (2 ports, 2 slots, 6-bit estimates: top 63, K 20): events in order. The comments give each item's
-    tag and the result tests/test_p4.py (CNM_CASES) expects."""
+    tag and the result tests/test_p4.py (CNM_CASES) expects; every CNM's congestion point is its port."""
     ev, tag = [], 0
 
     def e(port, deq, amount, flow=0, src=0):
@@ -72,8 +72,8 @@ def write_cnm_test(name, params, events, note):
             continue
         res = model.process(event["item"])
         flags = res["ok"] | res["cnm"] << 1 | res["cnm_cong"] << 2
-        out.append(frame[:41] + struct.pack("!BIIHB", flags, res["qlen"], res["cnm_flow"], res["cnm_src"],
-                                            res["cnm_n"]) + frame[53:])
+        out.append(frame[:41] + struct.pack("!BIIHBB", flags, res["qlen"], res["cnm_flow"], res["cnm_src"],
+                                            res["cnm_n"], res["cnm_cp"]) + frame[54:])
     assert len(out) == n_items and commands == flb_cnm_commands(params, len(frames))
     (where / "test.json").write_text(json.dumps({"program": "flb_cnm.p4", "block": "flb-cnm", "params": params,
                                                  "note": note}, indent=2) + "\n")

@@ -9,7 +9,7 @@ An event moves its port's estimate by its amount (enqueue up, dequeue down), cla
 enqueue leaving ``q >= K`` whose flow is not in the port's set takes the lowest free slot and emits a congestion
 CNM with ``n`` = the set's count including it (no free slot: no CNM, counted). Any event leaving ``q < K`` while
 the set is not empty frees the lowest occupied slot and emits that flow's release CNM with ``n`` = the count
-before the removal.
+before the removal. Every CNM names its congestion point ``cp``: the port.
 
 Also here: :func:`cnm_trace` (seeded random traces).
 """
@@ -59,7 +59,7 @@ class Cnm:
         port, deq, amount = g("port", 0), g("deq", 0), g("amount", 0)
         flow, src = g("flow", 0), g("src", 0)
         out = {"port": port, "deq": deq, "flow": flow, "src": src, "tag": g("tag", 0), "ok": 1, "qlen": 0,
-               "cnm": 0, "cnm_cong": 0, "cnm_flow": 0, "cnm_src": 0, "cnm_n": 0}
+               "cnm": 0, "cnm_cong": 0, "cnm_flow": 0, "cnm_src": 0, "cnm_n": 0, "cnm_cp": 0}
         if port >= self.n_ports:
             out["ok"] = 0
             self.counts[4] += 1
@@ -76,13 +76,13 @@ class Cnm:
             if all(s is None or s[0] != flow for s in slots):
                 if None in slots:
                     slots[slots.index(None)] = (flow, src)
-                    out.update(cnm=1, cnm_cong=1, cnm_flow=flow, cnm_src=src, cnm_n=count + 1)
+                    out.update(cnm=1, cnm_cong=1, cnm_flow=flow, cnm_src=src, cnm_n=count + 1, cnm_cp=port)
                     self.counts[0] += 1
                 else:
                     self.counts[2] += 1
         elif q < self.k and count:
             j = next(j for j, s in enumerate(slots) if s is not None)
-            out.update(cnm=1, cnm_flow=slots[j][0], cnm_src=slots[j][1], cnm_n=count)
+            out.update(cnm=1, cnm_flow=slots[j][0], cnm_src=slots[j][1], cnm_n=count, cnm_cp=port)
             slots[j] = None
             self.counts[1] += 1
         return out

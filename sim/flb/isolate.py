@@ -4,7 +4,9 @@ docs/flb_isolate.md).
 Bit-exact, transaction-level twin of :class:`lbpipe.hdl.flb.isolate.Isolate`, written from the datasheet's rules.
 Events apply in trace order (a CNM offered with a packet goes first). At every event, isolated flows idle for
 ``timeout`` ticks or more are released first; then a CNM isolates, refreshes or releases its flow, or a packet of an
-isolated flow refreshes its stamp and is told its isolation path. Per destination the isolation paths are the top
+isolated flow refreshes its stamp and is told its isolation path. A CNM names its congestion point (the destination
+and ``cp``, the egress port there); a congestion CNM gives every entry of its point the point's latest ``n`` (so the
+``m`` flows of one point here converge to ``m`` times ``C/n``). Per destination the isolation paths are the top
 ``k`` paths, ``k = ceil(sum of 1/n over the destination's isolated flows)`` capped at ``n_paths - 1``; a flow
 takes path ``n_paths - 1 - (rank mod k)``, its rank the number of the destination's entries in lower slots.
 
@@ -24,12 +26,13 @@ def _width(n):
 
 
 class Isolate:
-    """Slots (``None`` or ``[flow, dest, n, stamp]``); parameters are those of the RTL block."""
+    """Slots (``None`` or ``[flow, dest, n, stamp, cp]``); parameters are those of the RTL block."""
 
-    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096):
+    def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096, n_ports=8):
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots, time_bits=time_bits,
-                         timeout=timeout)
+                         timeout=timeout, n_ports=n_ports)
         self.n_flows, self.n_dests, self.n_paths, self.n_slots = n_flows, n_dests, n_paths, n_slots
+        self.n_ports = n_ports
         self.mod, self.timeout = 1 << time_bits, timeout
         self.reset()
 
@@ -60,21 +63,25 @@ class Isolate:
         if name != "upd":
             raise ValueError(f"flb-isolate has no input stream {name!r}")
         flow, dest, n, cong, now = item["flow"], item["dest"], item["n"], item["cong"], item["now"]
+        cp = item.get("cp", 0)
         self._paired = True
         self._expire(now)
-        if flow >= self.n_flows or dest >= self.n_dests or (cong and not 1 <= n <= 8):
+        if flow >= self.n_flows or dest >= self.n_dests or cp >= self.n_ports or (cong and not 1 <= n <= 8):
             self.counts[5] += 1
             return None
         j = self._find(flow)
         mine = j is not None and self.slots[j][1] == dest
         if cong:
+            for s in self.slots:            # the point's latest n, for all its entries (whatever happens below)
+                if s is not None and s[1] == dest and s[4] == cp:
+                    s[2] = n
             if mine:
-                self.slots[j][2], self.slots[j][3] = n, now
+                self.slots[j][2], self.slots[j][3], self.slots[j][4] = n, now, cp
                 self.counts[1] += 1
             elif j is not None:
                 self.counts[6] += 1
             elif None in self.slots:
-                self.slots[self.slots.index(None)] = [flow, dest, n, now]
+                self.slots[self.slots.index(None)] = [flow, dest, n, now, cp]
                 self.counts[1] += 1
             else:
                 self.counts[4] += 1
@@ -117,16 +124,19 @@ class Isolate:
 def isolate_trace(seed, n_items, **params):
     """A seeded random trace: a few flows toward a few destinations, the timer advancing by small random steps
     (with wraps and occasional long idle gaps past the timeout); congestion CNMs (storms of several flows), releases,
-    repeated CNMs, stale releases, CNMs naming another destination, forged CNMs (range, n 0 or above 8), packets
-    out of range, and ignored control commands. A CNM is followed by a packet of the same flow half the time
-    (offered in the same clock)."""
-    p = dict(n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096)
+    repeated CNMs, stale releases, CNMs naming another destination, forged CNMs (range, congestion point, n 0 or
+    above 8), packets out of range, and ignored control commands. Each flow belongs to one of a few congestion
+    points of its destination; a point's CNMs carry varying ``n``. A CNM is followed by a packet of the same flow
+    half the time (offered in the same clock)."""
+    p = dict(n_flows=65536, n_dests=16, n_paths=8, n_slots=8, time_bits=16, timeout=4096, n_ports=8)
     p.update(params)
-    nf, nd, tb, to = p["n_flows"], p["n_dests"], p["time_bits"], p["timeout"]
+    nf, nd, tb, to, npo = p["n_flows"], p["n_dests"], p["time_bits"], p["timeout"], p["n_ports"]
     rng = random.Random(seed)
     mod = 1 << tb
+    points = min(npo, 3)
     flows = [(rng.randrange(nf), rng.randrange(nd)) for _ in range(rng.randrange(4, 3 * p["n_slots"] + 4))]
-    fb, db = _width(nf), _width(nd)
+    where = {f: rng.randrange(points) for f in flows}
+    fb, db, cb = _width(nf), _width(nd), _width(npo)
     now = rng.randrange(mod)
     step = max(1, to // 16)
     events, sent = [], 0
@@ -136,8 +146,9 @@ def isolate_trace(seed, n_items, **params):
         events.append({"item": {"flow": flow, "dest": dest, "now": now, "tag": sent & 0xFFFF}})
         sent += 1
 
-    def cnm(flow, dest, n, cong):
-        events.append({"upd": {"flow": flow, "dest": dest, "n": n, "cong": cong, "now": now}})
+    def cnm(flow, dest, n, cong, cp=None):
+        cp = where.get((flow, dest), 0) if cp is None else cp
+        events.append({"upd": {"flow": flow, "dest": dest, "cp": cp, "n": n, "cong": cong, "now": now}})
 
     while sent < n_items:
         r = rng.random()
@@ -157,9 +168,10 @@ def isolate_trace(seed, n_items, **params):
         if r < 0.12:
             cnm(f, d, rng.randrange(1, 9), int(rng.random() < 0.6))
         elif r < 0.14:
-            cnm(f, rng.randrange(nd), rng.randrange(16), rng.randrange(2))   # another destination, any n
+            cnm(f, rng.randrange(nd), rng.randrange(16), rng.randrange(2), rng.randrange(points))   # any dest, n
         elif r < 0.16:
-            cnm(rng.randrange(1 << fb), rng.randrange(1 << db), rng.randrange(16), rng.randrange(2))
+            cnm(rng.randrange(1 << fb), rng.randrange(1 << db), rng.randrange(16), rng.randrange(2),
+                rng.randrange(1 << cb))
         if rng.random() < 0.03:
             packet(rng.randrange(1 << fb), rng.randrange(1 << db))
         else:
