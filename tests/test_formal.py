@@ -961,3 +961,132 @@ def test_reroute_broken_decision_is_caught(tmp_path, fault, reason):
     from lbpipe.formal.selb.reroute import RerouteDecisions
     harness = RerouteDecisions(_reroute_faults()[fault], n_paths=4, time_bits=4, hold=4)
     _expect_fail(tmp_path, harness, reason, depth=14)
+
+
+# -- FLB isolation table: paths, mask, CNM stream, forged CNMs (formal/flb/isolate.py) --------------------------------
+
+
+def _isolate_faults():
+    """Isolate variants, each planting one fault (a later assignment in a stage method overrides the block's own)."""
+    from amaranth import C
+    from lbpipe.formal.flb.proofs import ISOLATE_SMALL
+    from lbpipe.hdl.flb.isolate import RATE_ONE, Isolate
+
+    class MaskReversed(Isolate):
+        # The thermometer written low path first: the mask names the lowest k paths (path 0 among them).
+        def _mask_stage(self, m):
+            super()._mask_stage(m)
+            th = [self._sum5 > t * RATE_ONE for t in range(self._n - 1)]
+            with m.If(self._adv):
+                m.d.sync += self._mask6.eq(Cat(C(0, 1), *th))
+
+    class RankNotModK(Isolate):
+        # The path n_paths - 1 - rank, the rank not taken mod k: a second flow at k = 1 leaves the mask.
+        def _mask_stage(self, m):
+            super()._mask_stage(m)
+            value = C(0, self._pb)
+            for r in range(self._ns):
+                value = value | Mux(self._rank5[r], self._n - 1 - r, 0)
+            with m.If(self._adv):
+                m.d.sync += [cand.eq(value) for cand in self._cand6]
+
+    class AnyFlowHits(Isolate):
+        # S0's flow compare says "equal" for every entry: a packet of any flow hits an isolated entry.
+        def _accept_stage(self, m):
+            super()._accept_stage(m)
+            with m.If(self._adv):
+                m.d.sync += self._eqf1.eq(-1)
+
+    class WeightPlusOne(Isolate):
+        # The weight 840/n + 1: one flow at n = 1 weighs more than a link and asks for 2 paths.
+        def _accept_stage(self, m):
+            super()._accept_stage(m)
+            with m.If(self._adv):
+                with m.Switch(self.upd.payload.n):
+                    for n in range(1, 9):
+                        with m.Case(n):
+                            m.d.sync += self._w1.eq(RATE_ONE // n + 1)
+
+    class HeldPacketLost(Isolate):
+        # i ready while a packet is held: the packet taken then is overwritten by the held one.
+        def _accept_stage(self, m):
+            super()._accept_stage(m)
+            m.d.comb += self.i.ready.eq(self._adv)
+
+    class PointUnchecked(Isolate):
+        # The congestion point's range check passes every value (cp 3 of 3 ports accepted).
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self._np = 1 << self._cb
+
+    class ValidOnReady(Isolate):
+        def _output(self, m):
+            super()._output(m)
+            m.d.comb += self.o.valid.eq(self._v[6] & self.o.ready)
+
+    class ForgedCountKept(Isolate):
+        # Bit 0 of the forged-CNM counter survives reset once a CNM was taken.
+        def _output(self, m):
+            super()._output(m)
+            sticky = Signal(reset_less=True)
+            with m.If(self.upd.valid & self.upd.ready):
+                m.d.sync += sticky.eq(1)
+            m.d.comb += self.stats[5 * 32].eq(sticky)
+
+    classes = {"mask-reversed": MaskReversed, "rank-not-mod-k": RankNotModK, "any-flow-hits": AnyFlowHits,
+               "weight-plus-one": WeightPlusOne, "held-packet-lost": HeldPacketLost, "point-unchecked": PointUnchecked,
+               "valid-on-ready": ValidOnReady, "forged-count-kept": ForgedCountKept, "as-built": Isolate}
+    return {name: (lambda cls=cls: cls(**ISOLATE_SMALL)) for name, cls in classes.items()}
+
+
+_ISO_NAMES = dict(n_flows=3, n_dests=1, n_ports=3)
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("mask-reversed", "mask is not the top k paths"),
+    ("rank-not-mod-k", "an isolated packet's path is outside the mask"),
+    ("any-flow-hits", "a flow isolated without a congestion CNM in force"),
+    ("weight-plus-one", "k above the flows a congestion CNM isolated"),
+    pytest.param("held-packet-lost", "input ready other than while moving", marks=pytest.mark.regression),
+])
+def test_isolate_broken_paths_are_caught(tmp_path, fault, reason):
+    from lbpipe.formal.flb.isolate import IsolateInvariants
+    harness = IsolateInvariants(_isolate_faults()[fault], n_paths=3, **_ISO_NAMES)
+    _expect_fail(tmp_path, harness, reason, depth=12)
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("fault", ["point-unchecked", "n-above-8"])
+def test_isolate_forged_cnm_effect_is_caught(tmp_path, monkeypatch, fault):
+    from lbpipe.formal.flb.isolate import IsolateForgedMiter
+    from lbpipe.hdl.flb import isolate
+    if fault == "n-above-8":
+        # n up to 15 accepted (weights 840 // n): a congestion CNM with n 9 isolates its flow.
+        monkeypatch.setattr(isolate, "N_MAX", 15)
+    build = _isolate_faults()["as-built" if fault == "n-above-8" else fault]
+    _expect_fail(tmp_path, IsolateForgedMiter(build, **_ISO_NAMES), "a forged CNM changed", depth=10)
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("fault, reason", [
+    ("held-packet-lost", ("output out of order, lost or duplicated", "more items inside than the block can hold")),
+    ("valid-on-ready", "o.valid depends on o.ready"),
+    ("forged-count-kept", "stats not cleared by reset"),
+])
+def test_isolate_broken_stream_rows_are_caught(tmp_path, fault, reason):
+    from lbpipe.hdl.flb.isolate import Isolate
+    build = _isolate_faults()[fault]
+    if fault == "held-packet-lost":
+        harness = StreamContract(build, extra=("upd",), capacity=Isolate.latency, stall_bound=Isolate.latency)
+        _expect_fail(tmp_path, harness, reason, depth=12)
+    elif fault == "valid-on-ready":
+        _expect_fail(tmp_path, ValidIndependence(build, extra=("upd",)), reason, depth=10)
+    else:
+        harness = ResetEmpty(build, extra=("upd",), stats_cleared=True, ready_within=None)
+        _expect_fail(tmp_path, harness, reason, method="prove", depth=Isolate.latency + 2)
+
+
+@pytest.mark.parametrize("proof", [p for p in select("flb-isolate") if not p.prop.startswith(_GENERIC_ROWS)],
+                         ids=lambda p: f"{p.block}: {p.prop}")
+def test_isolate_invariant_proofs_pass(tmp_path, proof):
+    _expect_pass(tmp_path, proof)

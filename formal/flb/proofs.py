@@ -1,20 +1,25 @@
 """Proofs of the FLB blocks, small sizes: the stream contract, valid independence and reset of the per-packet path
 decision, the one-way-delay block and the congestion notification block; the decision's path range, the piggyback's
-range, once-only and newest measurement (:mod:`.owd`), the CNMs' threshold and count (:mod:`.cnm`)."""
+range, once-only and newest measurement (:mod:`.owd`), the CNMs' threshold and count (:mod:`.cnm`); the isolation
+table's contract (with its CNM stream), valid independence and reset, its paths, mask and input readiness, and that
+a forged CNM changes nothing (:mod:`.isolate`)."""
 
 from lbpipe.hdl.flb.cnm import Cnm
+from lbpipe.hdl.flb.isolate import Isolate
 from lbpipe.hdl.flb.owd import Owd
 from lbpipe.hdl.flb.route import Route
 
 from lbpipe.formal.lib.harness import Proof
 from lbpipe.formal.lib.reset import ResetEmpty
 from lbpipe.formal.lib.standard import metadata_block_proofs
+from lbpipe.formal.lib.stream import StreamContract, ValidIndependence
 
 from .cnm import CnmThreshold
+from .isolate import IsolateForgedMiter, IsolateInvariants
 from .owd import OwdPiggyback, WithoutControl
 from .route import RoutePathRange
 
-__all__ = ["PROOFS", "ROUTE_SMALL", "OWD_SMALL", "CNM_SMALL"]
+__all__ = ["PROOFS", "ROUTE_SMALL", "OWD_SMALL", "CNM_SMALL", "ISOLATE_SMALL"]
 
 #: The small instance: 2 flows (one bank of 2: a 2-clock sweep), 1 destination, 3 paths (not a power of two: the
 #: 2-bit path field can name a path that does not exist), 4-bit ticks and delays, a 5-tick timeout.
@@ -89,4 +94,45 @@ PROOFS += metadata_block_proofs(
 _CNM_K = f"a CNM agrees with the K in force, its count within 1..n_slots ({_CNM_LABEL})"
 PROOFS += [
     Proof("flb-cnm", _CNM_K, lambda: CnmThreshold(_cnm, n_slots=2, q_bits=4, threshold=3), depth=12),
+]
+
+
+# -- congested-flow isolation ---------------------------------------------------------------------------------------
+
+#: The small isolation table: 3 flows, 1 destination and 3 ports (the 2-bit flow and point fields and the 1-bit
+#: destination field can name one more, forged), 3 paths (k up to 2; the 2-bit path field can name a 4th), 2 entries,
+#: 4-bit ticks, a 5-tick timeout.
+ISOLATE_SMALL = dict(n_flows=3, n_dests=1, n_paths=3, n_slots=2, time_bits=4, timeout=5, n_ports=3)
+_ISO_LABEL = "n_flows=3, n_paths=3, n_slots=2, n_ports=3"
+_ISO_NAMES = dict(n_flows=3, n_dests=1, n_ports=3)
+
+
+def _isolate():
+    return Isolate(**ISOLATE_SMALL)
+
+
+# docs/flb_isolate.md: one packet per clock with the CNMs (upd) as a second input stream; a packet taken with a CNM
+# waits one clock (held), so it leaves latency + 1 clocks after it was taken, and the CNM's stage slot holds no
+# packet: at most `latency` packets inside. Reset empties the table, the held packet and the counters, no sweep;
+# "ready again" is not the generic row (a held packet keeps i not ready with o.ready high): the invariant row states
+# the input's readiness exactly instead.
+_iso_contract = Proof("flb-isolate", f"stream contract (with upd) ({_ISO_LABEL})",
+                      lambda: StreamContract(_isolate, extra=("upd",), capacity=Isolate.latency,
+                                             stall_bound=Isolate.latency), depth=12)
+PROOFS += [
+    _iso_contract,
+    Proof("flb-isolate", f"valid independent of ready ({_ISO_LABEL})",
+          lambda: ValidIndependence(_isolate, extra=("upd",)), depth=10),
+    Proof("flb-isolate", f"reset empties the pipeline, clears stats ({_ISO_LABEL})",
+          lambda: ResetEmpty(_isolate, extra=("upd",), stats_cleared=True, ready_within=None), method="prove",
+          depth=Isolate.latency + 2, cover_depth=Isolate.latency + 4),
+    Proof("flb-isolate", f"stream contract (with upd) ({_ISO_LABEL}), deep", _iso_contract.build, depth=16,
+          deep=True),
+]
+_ISO_PATHS = (f"an isolated path is within the top k <= n_paths - 1, only a congested flow is isolated, k at most "
+              f"its flows, upd and i ready together ({_ISO_LABEL})")
+_ISO_FORGED = f"a forged CNM changes nothing ({_ISO_LABEL})"
+PROOFS += [
+    Proof("flb-isolate", _ISO_PATHS, lambda: IsolateInvariants(_isolate, n_paths=3, **_ISO_NAMES), depth=12),
+    Proof("flb-isolate", _ISO_FORGED, lambda: IsolateForgedMiter(_isolate, **_ISO_NAMES), depth=10),
 ]
