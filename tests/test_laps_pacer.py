@@ -304,3 +304,45 @@ def test_sustained_one_decision_and_one_rate_update_per_clock():
     outs = run_rtl("laps-pacer", P16, ev, stats=st)
     assert outs == run_golden("laps-pacer", P16, ev)
     assert st["errors"] == 0 and st["items_per_clock"] == 1.0
+
+
+def _bucket_rederived(flows, requests):
+    """The datasheet's rule, written again for one test: ``flows`` {flow: (rate kbit/s, bucket bytes)}, requests
+    (flow, bytes, now) in order -> [(allow, eligible, known)]."""
+    state, out = {}, []
+    for flow, size, now in requests:
+        if flow not in flows:
+            out.append((0, 0, 0))
+            continue
+        rate, bucket = flows[flow]
+        depth, cost = bucket * 15_625, size * 15_625
+        tokens, last = state.get(flow, (depth, now))
+        elapsed = min((now - last) % W, (1 << 24) - 1)
+        level = min(tokens + min(rate, (1 << 27) - 1) * elapsed // 512, depth)
+        allow = level >= cost
+        level -= cost if allow else 0
+        state[flow] = (level, now)
+        out.append((int(allow), int(level >= cost), 1))
+    return out
+
+
+def test_rtl_forwarding_at_every_distance():
+    """Requests of one flow 1, 2, 3, 4, 5 and 6 clocks apart (other flows, known and unknown, in between), 8 ns a
+    clock: each one's ``last`` and tokens come from a different place (the request just ahead in the loop, the
+    registers r3/r4 for ``last`` and r10, r11, h12 for the tokens, or memory), so a wrong forwarding distance changes
+    the refill and with it the decisions. At 10 Gb/s an 8-ns step earns 156,250 units, 6 steps 937,500: never a
+    full 128-byte bucket (2,000,000) from empty, so no cap hides a wrong count; a 64-byte frame costs 1,000,000.
+    Expected values from the rule re-derived above, not from the golden model."""
+    flows = {1: (10_000_000, 128), 2: (LINE_RATE, 9216)}
+    gaps = [1, 2, 3, 4, 5, 6, 2, 1, 3, 1, 4, 2, 5, 1, 1, 3, 2, 6, 4, 4, 1, 2]
+    order = [1]
+    for g in gaps:
+        order += [2 if j % 2 else 7 for j in range(g - 1)] + [1]     # flow 7 never exists: a stray in between
+    requests = [(f, 64, 8 * n) for n, f in enumerate(order)]
+    want = _bucket_rederived(flows, requests)
+    assert {a for (f, _, _), (a, _, _) in zip(requests, want) if f == 1} == {0, 1}
+    ev = [{"ctl": c} for c in pacer_commands([{"flow": f, "rate": r, "bucket": b} for f, (r, b) in flows.items()],
+                                             **P16)]
+    ev += [_req(f, size, now, tag=n) for n, (f, size, now) in enumerate(requests)]
+    assert _triples(run_rtl("laps-pacer", P16, ev, compare=False)) == want
+    assert _triples(run_rtl("laps-pacer", P16, ev, idle=0.3, backpressure=0.4, seed=3, compare=False)) == want

@@ -214,8 +214,8 @@ BLOCKS.append(Block(
 
 def _pacer_extra(params, component):
     return {"Latency": f"{component.latency} cycles, one decision and one rate update per clock",
-            "Per-flow memory": f"{component.memory_bits} bits: state 80 bits (exists, fresh, 30-bit tokens, 48-bit "
-                               f"last), rate 32, bucket 16, a copy of exists for the rate stream 1",
+            "Per-flow memory": f"{component.memory_bits} bits: tokens and fresh 31, last 48, rate 27 (stored capped), "
+                               f"exists and bucket 17, a copy of exists for the rate stream 1",
             "Paper, Table V rate-limiting row": "3,012 LUT, 3,866 FF, 119 CARRY8, 8 BRAM (the AIMD controller and "
                                                 "the pacer together; Vivado LUTs, lbpipe counts Yosys LUT cells)"}
 
