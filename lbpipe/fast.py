@@ -24,7 +24,7 @@ import tempfile
 
 from amaranth import Shape
 
-from .trace import TraceError, pack, unpack
+from .trace import layout_fields
 
 __all__ = ["HARNESS", "FastError", "supports", "build_replay", "replay_frames", "run_items", "settle_cycles",
            "engine_speeds"]
@@ -54,12 +54,16 @@ class FastError(RuntimeError):
 PACKET_PORTS = {"s_axis", "m_axis", "ctl", "stats"}
 
 
+#: Extra input streams a metadata build carries at most (the file gives each group one byte of stream bits).
+MAX_STREAMS = 7
+
+
 def supports(block):
     """Whether the fast engine replays ``block``: packet pipelines with a frame golden model and no ports but
     ``s_axis``, ``m_axis``, ``ctl`` and ``stats`` (per-frame action streams and second streams are not carried),
-    and metadata blocks with one input stream (no extra streams)."""
+    and every metadata block, extra input streams (``Block.streams``) included."""
     if block.is_meta:
-        return not block.stream_layouts(block.resolve({}))   # at the defaults (flb-route: upd=False)
+        return len(block.streams) <= MAX_STREAMS
     if block.golden is None or block.actions is not None:
         return False
     component = block.check(block.resolve({}))
@@ -80,14 +84,27 @@ def _port_bytes(width):
     return -(-width // 32) * 4
 
 
-def build_replay(verilog_path, *, meta, jobs=None):
-    """The path of the replay executable of ``verilog_path`` (a metadata top with ``meta``), compiling it with
-    ``nice -n 5`` and ``jobs`` make jobs (``LBPIPE_SIM_JOBS``, default 2) the first time."""
+def _streams_header(streams):
+    """The harness's ``lbpipe_streams.h`` of a metadata build: the extra input streams' port prefixes, in the
+    order of the file's stream bits (``LBPIPE_STREAMS(X)`` expands ``X(name)`` for each)."""
+    for name in streams:
+        if not name.isidentifier():
+            raise ValueError(f"stream {name!r} is not a port name")
+    return ("// Written by lbpipe/fast.py for this build: the block's extra input streams.\n"
+            f"#define LBPIPE_STREAMS(X) {' '.join(f'X({name})' for name in streams)}\n")
+
+
+def build_replay(verilog_path, *, meta, streams=(), jobs=None):
+    """The path of the replay executable of ``verilog_path`` (a metadata top with ``meta``, whose extra input
+    streams are ``streams``), compiling it with ``nice -n 5`` and ``jobs`` make jobs (``LBPIPE_SIM_JOBS``, default 2)
+    the first time."""
     from lbpipe.tb.lib.runner import verilator_environment, verilator_version
     verilog_path = pathlib.Path(verilog_path)
+    header = _streams_header(streams) if meta else ""
     digest = hashlib.sha256()
     for part in (verilog_path.read_bytes(), HARNESS.read_bytes(), " ".join(VERILATOR_FLAGS).encode(),
-                 MAKE_OPT.encode(), b"meta" if meta else b"packet", verilator_version().encode()):
+                 MAKE_OPT.encode(), b"meta" if meta else b"packet", header.encode(),
+                 verilator_version().encode()):
         digest.update(part + b"\0")
     build_dir = verilog_path.parent / f"fast-{digest.hexdigest()[:16]}"
     exe = build_dir / "replay"
@@ -98,6 +115,8 @@ def build_replay(verilog_path, *, meta, jobs=None):
     own = verilog_path.parent / f"fast-build-{os.getpid()}"
     shutil.rmtree(own, ignore_errors=True)
     own.mkdir(parents=True)
+    if meta:
+        (own / "lbpipe_streams.h").write_text(header)     # found through the build's -I. (the make directory)
     env = verilator_environment()
     cmd = ["nice", "-n", "5", str(pathlib.Path(env["VERILATOR_ROOT"]) / "bin" / "verilator"), *VERILATOR_FLAGS,
            "-j", str(jobs), "-MAKEFLAGS", MAKE_OPT, "-Mdir", str(own), "-o", "replay",
@@ -157,7 +176,7 @@ def replay_frames(block, params, frames, ctl_events, *, idle=0.0, backpressure=0
     block = resolve_block(block)
     if block.is_meta or not supports(block):
         raise ValueError(f"{block.name}: the fast engine replays packet pipelines with one stream in and out and "
-                         f"metadata blocks without extra streams")
+                         f"a frame golden model (metadata blocks: run_items)")
     params = block.resolve(params)
     exe = build_replay(verilog or top_verilog(block, params), meta=False)
     with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
@@ -184,38 +203,61 @@ def replay_frames(block, params, frames, ctl_events, *, idle=0.0, backpressure=0
 
 def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
     """Run a metadata trace (``events``, checked by :func:`lbpipe.engine.check_events`) through ``block``; returns
-    ``(output items, measurements)`` (``cycles``, ``seconds``, ``cycles_per_second``, items in and out)."""
+    ``(output items, measurements)`` (``cycles``, ``seconds``, ``cycles_per_second``, items in and out, and
+    ``extras_in``, the items taken on the extra input streams).
+
+    Events of the extra streams (``{"upd": {...}}``) are grouped as the cocotb engine groups them
+    (:func:`lbpipe.tb.lib.harness.trace_groups`): a group's items are offered in one clock on their streams, the next
+    group once the whole group is taken, a command once every earlier group is taken and every item has left."""
+    from lbpipe.tb.lib.harness import trace_groups
     from .engine import check_events, resolve_block, top_verilog
     block = resolve_block(block)
     if not block.is_meta or not supports(block):
-        raise ValueError(f"{block.name}: the fast engine replays metadata blocks without extra streams")
+        raise ValueError(f"{block.name}: the fast engine replays metadata blocks with at most {MAX_STREAMS} extra "
+                         f"input streams")
     params = block.resolve(params)
-    if block.stream_layouts(params):
-        raise ValueError(f"{block.name}: the fast engine replays metadata blocks without extra streams")
     layout = check_events(block, params, events)
+    streams = block.stream_layouts(params)
     _, out_layout, _, _ = block.layouts(params)
-    in_width, out_width = Shape.cast(layout).width, Shape.cast(out_layout).width
-    in_bytes, out_bytes = _port_bytes(in_width), _port_bytes(out_width)
-    exe = build_replay(top_verilog(block, params), meta=True)
+    # Stream k of the file: 0 the items (in_*), then the extra streams in the registry's order (StreamsTop's).
+    kinds = ["item", *streams]
+    layouts = [layout, *streams.values()]
+    sizes = [_port_bytes(Shape.cast(lay).width) for lay in layouts]
+    bit = {kind: k for k, kind in enumerate(kinds)}
+    # check_events has packed every event once (fields known, values fitting): pack again without the checks.
+    offsets = [{name: offset for name, offset, _ in layout_fields(lay)} for lay in layouts]
+    out_width = Shape.cast(out_layout).width
+    out_bytes = _port_bytes(out_width)
+    exe = build_replay(top_verilog(block, params), meta=True, streams=list(streams))
     with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
         infile, outfile = pathlib.Path(tmp) / "in.bin", pathlib.Path(tmp) / "out.bin"
         with open(infile, "wb") as f:
-            f.write(b"LBPM" + struct.pack("<I", in_bytes))
-            for event in events:
-                if "ctl" in event:
-                    cmd = event["ctl"]
-                    f.write(b"\0" + struct.pack("<IIQ", cmd.get("table", 0), cmd.get("index", 0),
-                                                cmd.get("data", 0)))
-                elif "item" in event:
-                    f.write(b"\1" + pack(layout, event["item"]).to_bytes(in_bytes, "little"))
-                else:
-                    raise TraceError(f"{block.name}: the fast engine carries no extra streams")
+            f.write(b"LBPM" + struct.pack(f"<{1 + len(sizes)}I", len(sizes), *sizes))
+            chunk = bytearray()
+            for group in trace_groups(events):
+                if "ctl" in group:
+                    cmd = group["ctl"]
+                    chunk += b"\0" + struct.pack("<IIQ", cmd.get("table", 0), cmd.get("index", 0), cmd.get("data", 0))
+                    continue
+                present = sorted(bit[kind] for kind in group)
+                chunk += bytes((1, sum(1 << k for k in present)))
+                for k in present:
+                    word, at = 0, offsets[k]
+                    for name, value in group[kinds[k]].items():
+                        word |= value << at[name]
+                    chunk += word.to_bytes(sizes[k], "little")
+                if len(chunk) > 1 << 20:
+                    f.write(chunk)
+                    chunk = bytearray()
+            f.write(chunk)
         stats = _run(exe, infile, outfile, idle=idle, backpressure=backpressure, seed=seed,
                      settle=settle_cycles(params))
         data = outfile.read_bytes()
-    mask = (1 << out_width) - 1
-    outputs = [unpack(out_layout, int.from_bytes(data[at:at + out_bytes], "little") & mask)
-               for at in range(0, len(data), out_bytes)]
+    fields = [(name, offset, (1 << width) - 1) for name, offset, width in layout_fields(out_layout)]
+    outputs = []
+    for at in range(0, len(data), out_bytes):
+        word = int.from_bytes(data[at:at + out_bytes], "little")
+        outputs.append({name: word >> offset & mask for name, offset, mask in fields})
     return outputs, _stats(stats)
 
 

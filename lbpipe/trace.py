@@ -91,7 +91,23 @@ def where(events, index):
 
 def layout_fields(layout):
     """``[(name, offset, width)]`` of a flat :class:`amaranth.lib.data.StructLayout`."""
-    return [(name, field.offset, field.width) for name, field in layout]
+    return list(_fields(layout)[0])
+
+
+_FIELDS = {}
+
+
+def _fields(layout):
+    """:func:`layout_fields` as a tuple and as ``{name: (offset, width)}``, once per layout object (pack and unpack
+    run per item: a million-item trace spent most of its packing time walking the layout). Keyed by identity:
+    Amaranth's equal layouts may list their fields in another order."""
+    entry = _FIELDS.get(id(layout))
+    if entry is None or entry[0] is not layout:
+        if len(_FIELDS) > 4096:
+            _FIELDS.clear()
+        fields = tuple((name, field.offset, field.width) for name, field in layout)
+        entry = _FIELDS[id(layout)] = (layout, fields, {name: (offset, width) for name, offset, width in fields})
+    return entry[1:]
 
 
 def is_integer(value):
@@ -102,7 +118,7 @@ def is_integer(value):
 def pack(layout, values):
     """Pack a dict of field values into the integer a stream payload carries. Missing fields are 0; a value that
     does not fit its field, or an unknown field, raises :class:`TraceError`."""
-    fields = {name: (offset, width) for name, offset, width in layout_fields(layout)}
+    fields = _fields(layout)[1]
     unknown = set(values) - set(fields)
     if unknown:
         raise TraceError(f"unknown fields {sorted(unknown)}; the layout has {sorted(fields)}")
@@ -122,7 +138,7 @@ def pack(layout, values):
 def unpack(layout, word):
     """The dict of field values packed in ``word``."""
     word = int(word)
-    return {name: (word >> offset) & ((1 << width) - 1) for name, offset, width in layout_fields(layout)}
+    return {name: (word >> offset) & ((1 << width) - 1) for name, offset, width in _fields(layout)[0]}
 
 
 def stream_kinds():

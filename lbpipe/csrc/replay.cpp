@@ -4,17 +4,21 @@
 // Two tops, chosen at compile time:
 //  * packet pipelines (boards/top.py FlatTop): frames on s_axis_* / m_axis_*, control commands over s_axil_*
 //    before the first frame;
-//  * metadata blocks (-DLBPIPE_META, boards/top.py AxiLiteTop): items on in_* / out_*, each control command
-//    written over s_axil_* after every earlier item has left (the order the cocotb engine keeps).
+//  * metadata blocks (-DLBPIPE_META, boards/top.py AxiLiteTop, or StreamsTop for blocks with extra input streams):
+//    items on in_* (and <stream>_*) / out_*, each control command written over s_axil_* after every earlier item
+//    has left (the order the cocotb engine keeps); the items of a group (one clock of the cocotb engine's
+//    GroupSource) are offered together, each stream holding valid until its item is taken.
 //
 // Files are little-endian binary (written by lbpipe/fast.py):
 //  packet input:  "LBPF" u32 n_cmds, n_cmds x (u32 table, u32 index, u64 data), then frames: u32 length, bytes
-//  meta input:    "LBPM" u32 in_bytes, then records: u8 0 + (u32 table, u32 index, u64 data) | u8 1 + in_bytes
+//  meta input:    "LBPM" u32 n_streams, n_streams x u32 bytes (in_*, then the extra streams), then records:
+//                 u8 0 + (u32 table, u32 index, u64 data) | u8 1 + u8 streams (bit k: stream k) + their bytes
 //  output:        packet: u32 length, bytes per frame; meta: out_bytes per item
 // Arguments: IN OUT IDLE BACKPRESSURE SEED SETTLE_CYCLES. A JSON line of measurements goes to standard output.
 //
 // Pauses follow the cocotb harness's pause_pattern: runs of 1 to 8 cycles, each run paused with the given
-// probability (input: valid low; output: ready low). The random sequence is this file's own (xorshift64*), so a
+// probability (input: valid low; output: ready low). A metadata input pauses only between groups: an item offered
+// keeps valid until it is taken, as the stream rule asks. The random sequence is this file's own (xorshift64*), so a
 // fast run pauses on other cycles than a cocotb run with the same seed; outputs do not depend on it.
 
 #include "Vtop.h"
@@ -287,7 +291,22 @@ int run(int argc, char** argv) {
 
 #else  // LBPIPE_META
 
-using Payload = std::remove_reference_t<decltype(Vtop::in_payload)>;
+// The block's extra input streams (boards/top.py StreamsTop: <name>_valid, <name>_ready, <name>_payload), written
+// by lbpipe/fast.py into the build directory as "#define LBPIPE_STREAMS(X) X(upd)" (empty for one input stream).
+#include "lbpipe_streams.h"
+
+// One input stream of the top: its handshake and a setter of its payload from the file's bytes.
+struct Port {
+    CData* valid;
+    CData* ready;
+    void (*put)(Vtop*, const uint8_t*);
+    size_t bytes;
+};
+#define LBPIPE_PORT(name)                                                                                   \
+    Port{&top->name##_valid, &top->name##_ready,                                                            \
+         [](Vtop* t, const uint8_t* src) { put_bytes(t->name##_payload, src, sizeof(t->name##_payload)); }, \
+         sizeof(top->name##_payload)},
+
 using Result = std::remove_reference_t<decltype(Vtop::out_payload)>;
 
 int run(int argc, char** argv) {
@@ -297,36 +316,46 @@ int run(int argc, char** argv) {
     Pauses backpressure(std::atof(argv[4]), std::strtoull(argv[5], nullptr, 10) * 2 + 2);
     char magic[4];
     if (!in.read(magic, 4) || std::memcmp(magic, "LBPM", 4)) fail("not a metadata replay file");
-    const uint32_t in_bytes = in.get<uint32_t>();
-    if (in_bytes != sizeof(Payload)) fail("items of another width than the block's input");
-    const size_t out_bytes = sizeof(Result);
     Harness h;
-    h.reset(static_cast<uint32_t>(std::strtoul(argv[6], nullptr, 10)));
     Vtop* top = h.top.get();
-    top->in_valid = 0;
-    std::vector<uint8_t> item(in_bytes, 0);
+    // Port 0 is the item stream (in_*), then the extra streams in the order of the block's registry entry.
+    const std::vector<Port> ports{LBPIPE_PORT(in) LBPIPE_STREAMS(LBPIPE_PORT)};
+    if (in.get<uint32_t>() != ports.size()) fail("another number of input streams than the block's");
+    for (const Port& port : ports)
+        if (in.get<uint32_t>() != port.bytes) fail("items of another width than the block's input stream");
+    std::vector<std::vector<uint8_t>> words;
+    for (const Port& port : ports) words.emplace_back(port.bytes, 0);
+    const size_t out_bytes = sizeof(Result);
+    h.reset(static_cast<uint32_t>(std::strtoul(argv[6], nullptr, 10)));
+    for (const Port& port : ports) *port.valid = 0;
     std::vector<uint8_t> result(sizeof(Result), 0);
-    uint64_t items_in = 0, items_out = 0, stalled = 0;
-    bool have = false, more = true;
-    uint8_t pending_cmd = 0;
+    uint64_t items_in = 0, items_out = 0, extras_in = 0, stalled = 0;
+    // A group (lbpipe.tb.lib.harness.trace_groups: at most one item per stream, offered in the same clock) is
+    // loaded (`group`, its streams' bits) by next(), offered (`pending`) after any idle cycles, and each stream
+    // drops valid once its item is taken; the next group waits until the whole group is taken.
+    uint32_t group = 0, pending = 0;
+    bool more = true, pending_cmd = false;
     uint32_t table = 0, index = 0;
     uint64_t data = 0;
     auto next = [&]() {
         uint8_t kind;
         if (!in.read(&kind, 1)) {
-            more = have = false;
+            more = false;
             return;
         }
         if (kind == 0) {
             table = in.get<uint32_t>();
             index = in.get<uint32_t>();
             data = in.get<uint64_t>();
-            pending_cmd = 1;
-            have = false;
+            pending_cmd = true;
         } else if (kind == 1) {
-            if (!in.read(item.data(), in_bytes)) fail("an item of the input file is cut");
-            put_bytes(top->in_payload, item.data(), in_bytes);
-            have = true;
+            group = in.get<uint8_t>();
+            if (!group || group >> ports.size()) fail("a group of the input file names no stream or an unknown one");
+            for (size_t k = 0; k < ports.size(); ++k)
+                if (group >> k & 1) {
+                    if (!in.read(words[k].data(), ports[k].bytes)) fail("an item of the input file is cut");
+                    ports[k].put(top, words[k].data());
+                }
         } else {
             fail("an unknown record in the input file");
         }
@@ -334,19 +363,24 @@ int run(int argc, char** argv) {
     next();
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
-    while (more || have || items_out < items_in) {
+    while (more || group || pending || pending_cmd || items_out < items_in) {
         if (pending_cmd && items_out == items_in) {
             h.command(table, index, data);
-            pending_cmd = 0;
+            pending_cmd = false;
             next();
             continue;
         }
-        const bool offer = have && !pending_cmd && !idle.next();
+        if (group && !pending && !idle.next()) {
+            pending = group;
+            group = 0;
+        }
+        for (size_t k = 0; k < ports.size(); ++k) *ports[k].valid = pending >> k & 1;
         const bool ready = !backpressure.next();
-        top->in_valid = offer;
         top->out_ready = ready;
         h.settle();
-        const bool in_fire = offer && top->in_ready;
+        uint32_t taken = 0;
+        for (size_t k = 0; k < ports.size(); ++k)
+            if ((pending >> k & 1) && *ports[k].ready) taken |= 1u << k;
         const bool out_fire = ready && top->out_valid;
         if (out_fire) {
             get_bytes(top->out_payload, result.data(), result.size());
@@ -354,17 +388,22 @@ int run(int argc, char** argv) {
             ++items_out;
         }
         h.rise();
-        if (in_fire) {
-            ++items_in;
-            next();
+        if (taken) {
+            if ((taken & 1) && (pending & ~taken)) fail("the block took an item before the extra streams of its group");
+            items_in += taken & 1;
+            for (size_t k = 1; k < ports.size(); ++k) extras_in += taken >> k & 1;
+            pending &= ~taken;
+            if (!pending) next();
         }
-        stalled = (in_fire || out_fire) ? 0 : stalled + 1;
+        stalled = (taken || out_fire) ? 0 : stalled + 1;
         if (stalled > 1000000) fail("the block stopped moving items (1,000,000 cycles)");
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    std::printf("{\"cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"items_in\": %llu, \"items_out\": %llu}\n",
-                (unsigned long long)h.cycles, seconds, cpu_seconds, (unsigned long long)items_in, (unsigned long long)items_out);
+    std::printf("{\"cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"items_in\": %llu, \"items_out\": %llu, "
+                "\"extras_in\": %llu}\n",
+                (unsigned long long)h.cycles, seconds, cpu_seconds, (unsigned long long)items_in,
+                (unsigned long long)items_out, (unsigned long long)extras_in);
     (void)argc;
     return 0;
 }
