@@ -197,19 +197,22 @@ def _flb_cnm_events(params, n=2000):
 
 
 def _flb_isolate_events(params, n=2000):
-    """Congestion CNMs isolating up to n_slots of 64 flows to 4 destinations, then one packet every clock of all 64
-    flows (isolated ones included), a release and a new congestion CNM every 250 packets (each takes a clock)."""
+    """Congestion CNMs isolating up to n_slots of 64 flows to 4 destinations (the i-th at congestion point i mod
+    n_ports), then one packet every clock of all 64 flows (isolated ones included), a release and a new congestion
+    CNM every 250 packets (each takes a clock)."""
     import random
     rng = random.Random(1)
     nd = min(4, params["n_dests"])
     flows = [(rng.randrange(params["n_flows"]), rng.randrange(nd)) for _ in range(64)]
     mod = 1 << params["time_bits"]
-    events = [{"upd": {"flow": f, "dest": d, "n": rng.randrange(1, 9), "cong": 1, "now": 0}}
-              for f, d in flows[:params["n_slots"]]]
+    events = [{"upd": {"flow": f, "dest": d, "n": rng.randrange(1, 9), "cong": 1, "cp": i % params["n_ports"],
+                       "now": 0}}
+              for i, (f, d) in enumerate(flows[:params["n_slots"]])]
     for t in range(n):
         if t % 250 == 249:
             f, d = flows[(t // 250) % params["n_slots"]]
-            events.append({"upd": {"flow": f, "dest": d, "n": 2, "cong": (t // 250) % 2, "now": t % mod}})
+            events.append({"upd": {"flow": f, "dest": d, "n": 2, "cong": (t // 250) % 2,
+                                   "cp": ((t // 250) % params["n_slots"]) % params["n_ports"], "now": t % mod}})
         f, d = flows[t % 64]
         events.append({"item": {"flow": f, "dest": d, "now": t % mod, "tag": t & 0xFFFF}})
     return events
