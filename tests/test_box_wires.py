@@ -27,7 +27,7 @@ SMALL = {
     "pro-rx-wire": dict(n_qps=2048, buckets=16, ways=2),
 }
 #: Where each goes (docs/nic_build.md) and its STATUS words (the pipelines' datasheets).
-PLACED = {"themis-d-wire": ("both", 18), "laps-tx-wire": ("tx", 21), "laps-rx-wire": ("rx", 17),
+PLACED = {"themis-d-wire": ("both", 18), "laps-tx-wire": ("tx", 22), "laps-rx-wire": ("rx", 17),
           "pro-rx-wire": ("rx", 14)}
 
 

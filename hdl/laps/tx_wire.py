@@ -5,7 +5,10 @@ datasheet docs/laps_tx_wire.md).
 A UDP frame toward a destination the PST knows leaves with a LAPS header inserted after its UDP header (type 0,
 the chosen path's pid, the frame's send time, the path's anchors as the source route; the UDP destination port
 becomes ``laps_port`` and the original one is kept in the header, :mod:`lbpipe.hdl.packet.laps_editor`); every
-other frame leaves bit for bit as it came, counted.
+other frame leaves bit for bit as it came, counted. When the PIT's lookup for a frame probes a stale path
+(Algorithm 1 lines 5-8), :class:`lbpipe.hdl.laps.probe.ProbeGen` after the editor sends a probe frame on that path
+right behind the frame (its request rides with the anchors through the anchor FIFO and waits beside the editor in
+a request FIFO, one per frame).
 
 **Which frames get a header** (choices where the paper is silent): a frame the parser found a whole UDP header in
 (IPv4, not a fragment, or IPv6 when the PST keys are 128 bits), not truncated, not already LAPS (``laps`` and
@@ -36,6 +39,7 @@ from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.laps.pit import Pit, PitUpdate, check_parameters as check_pit
+from lbpipe.hdl.laps.probe import N_STATS as N_PROBE, ProbeGen, ProbeRequest
 from lbpipe.hdl.laps.pst import Pst, check_parameters as check_pst
 from lbpipe.hdl.laps.softmax import Softmax
 from lbpipe.hdl.packet.laps_editor import LapsEditor, N_COUNTERS as N_EDITOR, OP_INSERT, OP_PASS
@@ -46,9 +50,9 @@ __all__ = ["LapsTxWire", "N_STATS", "TABLE_PST", "TABLE_PIT", "TABLE_SOFTMAX", "
 
 #: Control map: the high nibble of the table picks the stage, the low nibble is the stage's own table.
 TABLE_PST, TABLE_PIT, TABLE_SOFTMAX, TABLE_CLOCK = 0, 16, 32, 48
-#: Counters: PST (6), PIT (4), LAPS editor (7), then the pipeline's own (4).
+#: Counters: PST (6), PIT (4), LAPS editor (7), the pipeline's own (4), then the probe generator's (2).
 N_OWN = 4
-N_STATS = 6 + 4 + N_EDITOR + N_OWN
+N_STATS = 6 + 4 + N_EDITOR + N_OWN + N_PROBE
 TIME_BITS = 48
 TICK_BITS = 8
 
@@ -69,8 +73,9 @@ def check_parameters(*, n_dests, k, ways, buckets, ipv6, n_entries, probe_rule, 
 
 def Fields():
     """What the editor's action needs from the parser's item, carried through the PST in its ``user`` field:
-    whether the frame looks up paths, the IP family, the header offsets and the frame's time."""
-    return data.StructLayout({"lookup": 1, "ipv6": 1, "l3_off": 8, "l4_off": 8, "now": TIME_BITS})
+    whether the frame looks up paths, the IP family, the header offsets, the frame's time and its UDP destination
+    port (a probe's LAPS header keeps it)."""
+    return data.StructLayout({"lookup": 1, "ipv6": 1, "l3_off": 8, "l4_off": 8, "now": TIME_BITS, "dport": 16})
 
 
 def Side(*, k):
@@ -80,8 +85,10 @@ def Side(*, k):
 
 
 def Anchors(*, k):
-    """Per slot the anchor count and anchors of the PIT's result, waiting beside the softmax."""
-    return data.StructLayout({**{f"n{j}": 3 for j in range(k)}, **{f"a{j}": 128 for j in range(k)}})
+    """Per slot the anchor count and anchors of the PIT's result, and its probe (the probed path's pid, anchor
+    count and anchors), waiting beside the softmax."""
+    return data.StructLayout({**{f"n{j}": 3 for j in range(k)}, **{f"a{j}": 128 for j in range(k)},
+                              "probe": 1, "probe_pid": 16, "probe_n": 3, "probe_a": 128})
 
 
 def _stream(name, shape):
@@ -125,6 +132,8 @@ class LapsTxWire(wiring.Component):
     ANCHOR_DEPTH = 32
     #: Ingress time FIFO: frames between s_axis and the parser's item.
     TIME_DEPTH = 16
+    #: Probe request FIFO: one per frame between the editor's action input and the frame's first beat out.
+    PROBE_DEPTH = 32
 
     def __init__(self, *, n_dests=1024, k=8, ways=3, buckets=512, ipv6=False, n_entries=8192, probe_rule="paper",
                  lfsr_seed=0xACE1, precision=16, depth=256, laps_port=LAPS_PORT, tick_ns=4):
@@ -174,7 +183,11 @@ class LapsTxWire(wiring.Component):
         m.submodules.side = side = StreamFIFO(shape=Side(k=self._k), depth=self.SIDE_DEPTH)
         m.submodules.anchors = anchors = StreamFIFO(shape=Anchors(k=self._k), depth=self.ANCHOR_DEPTH)
         wiring.connect(m, parser.m_axis, editor.s_axis)
-        wiring.connect(m, editor.m_axis, wiring.flipped(self.m_axis))
+        m.submodules.probe_req = probe_req = StreamFIFO(shape=ProbeRequest(), depth=self.PROBE_DEPTH)
+        m.submodules.probe = probe = ProbeGen(laps_port=self._laps_port)
+        wiring.connect(m, editor.m_axis, probe.s_axis)
+        wiring.connect(m, probe_req.o, probe.req)
+        wiring.connect(m, probe.m_axis, wiring.flipped(self.m_axis))
         wiring.connect(m, wiring.flipped(self.upd), pit.upd)
         set_time, set_tick, value = self._control(m, pst, pit, softmax)
         now = self._clock(m, set_time, set_tick, value)
@@ -182,8 +195,8 @@ class LapsTxWire(wiring.Component):
         self._lookup(m, parser, stamp, pst)
         self._fork_pit(m, pst, pit, side)
         self._fork_softmax(m, pit, softmax, anchors)
-        own = self._join(m, softmax, side, anchors, editor)
-        m.d.comb += self.stats.eq(Cat(pst.stats, pit.stats, editor.stats, *own))
+        own = self._join(m, softmax, side, anchors, editor, probe_req)
+        m.d.comb += self.stats.eq(Cat(pst.stats, pit.stats, editor.stats, *own, probe.stats))
         return m
 
     def _clock(self, m, set_time, set_tick, value):
@@ -233,7 +246,7 @@ class LapsTxWire(wiring.Component):
             side.lookup.eq(meta.udp & family & ~meta.truncated & ~meta.laps & ~meta.laps_bad
                            & (meta.udp_dport != self._laps_port)),
             side.ipv6.eq(meta.ipv6), side.l3_off.eq(meta.l3_off), side.l4_off.eq(meta.l4_off),
-            side.now.eq(stamp.o.payload),
+            side.now.eq(stamp.o.payload), side.dport.eq(meta.udp_dport),
         ]
         item = Signal(pst.i.payload.shape())
         addr_bits = len(item.dst_ip)
@@ -260,7 +273,7 @@ class LapsTxWire(wiring.Component):
         m.d.comb += [getattr(q, f"pid{j}").eq(Mux(use, getattr(res.payload, f"pid{j}"), 0)) for j in range(k)]
         s = side.i.payload
         m.d.comb += [s.lookup.eq(use), s.ipv6.eq(f.ipv6), s.l3_off.eq(f.l3_off), s.l4_off.eq(f.l4_off),
-                     s.now.eq(f.now), s.normal.eq(f.lookup & res.payload.normal)]
+                     s.now.eq(f.now), s.dport.eq(f.dport), s.normal.eq(f.lookup & res.payload.normal)]
         m.d.comb += [getattr(s, f"pid{j}").eq(getattr(q, f"pid{j}")) for j in range(k)]
         m.d.comb += [pit.i.valid.eq(res.valid & side.i.ready), side.i.valid.eq(res.valid & pit.i.ready),
                      res.ready.eq(pit.i.ready & side.i.ready)]
@@ -277,11 +290,17 @@ class LapsTxWire(wiring.Component):
                          getattr(q, f"real_val_{j}").eq(getattr(r, f"real_val{j}")),
                          getattr(a, f"n{j}").eq(getattr(r, f"n_anchors{j}")),
                          getattr(a, f"a{j}").eq(Cat(*[getattr(r, f"anchor{j}_{n}") for n in range(4)]))]
+        probed = Signal(k, name="probed")
+        m.d.comb += probed.eq(Cat(*[r.probe_slot == j for j in range(k)]))
+        m.d.comb += [a.probe.eq(r.probe_valid), a.probe_pid.eq(r.probe_pid),
+                     a.probe_n.eq(_or_all([Mux(probed[j], getattr(r, f"n_anchors{j}"), 0) for j in range(k)])),
+                     a.probe_a.eq(_or_all([Mux(probed[j], Cat(*[getattr(r, f"anchor{j}_{n}") for n in range(4)]), 0)
+                                           for j in range(k)]))]
         m.d.comb += [q.tag.eq(r.tag),
                      softmax.i.valid.eq(res.valid & anchors.i.ready), anchors.i.valid.eq(res.valid & softmax.i.ready),
                      res.ready.eq(softmax.i.ready & anchors.i.ready)]
 
-    def _join(self, m, softmax, side, anchors, editor):
+    def _join(self, m, softmax, side, anchors, editor, probes):
         """The softmax's choice (skid), the side FIFO's and the anchor FIFO's heads into the editor's action: INSERT
         of the chosen slot's pid, anchors and count with the frame's time, or PASS. Returns the pipeline's own
         counters (frames not looked up, sent to normal forwarding by a PST miss, with no valid path, given a
@@ -305,11 +324,17 @@ class LapsTxWire(wiring.Component):
             act.l3_off.eq(s.l3_off), act.l4_off.eq(s.l4_off), act.count.eq(count), act.probe.eq(0), act.ack.eq(0),
             act.sr_idx.eq(0), act.pid.eq(pid), act.time.eq(s.now), act.anchors.eq(anch),
         ]
-        all_in = ch.valid & side.o.valid & anchors.o.valid
-        m.d.comb += [editor.act.valid.eq(all_in),
-                     ch.ready.eq(editor.act.ready & side.o.valid & anchors.o.valid),
-                     side.o.ready.eq(editor.act.ready & ch.valid & anchors.o.valid),
-                     anchors.o.ready.eq(editor.act.ready & ch.valid & side.o.valid)]
+        # the frame's probe request, in frame order beside the editor (one per frame)
+        req = probes.i.payload
+        m.d.comb += [req.probe.eq(a.probe), req.pid.eq(a.probe_pid), req.count.eq(a.probe_n),
+                     req.anchors.eq(a.probe_a), req.ipv6.eq(s.ipv6), req.l3_off.eq(s.l3_off), req.l4_off.eq(s.l4_off),
+                     req.time.eq(s.now), req.dport.eq(s.dport)]
+        room = probes.i.ready
+        all_in = ch.valid & side.o.valid & anchors.o.valid & room
+        m.d.comb += [editor.act.valid.eq(all_in), probes.i.valid.eq(all_in & editor.act.ready),
+                     ch.ready.eq(editor.act.ready & side.o.valid & anchors.o.valid & room),
+                     side.o.ready.eq(editor.act.ready & ch.valid & anchors.o.valid & room),
+                     anchors.o.ready.eq(editor.act.ready & ch.valid & side.o.valid & room)]
         done = all_in & editor.act.ready
         return [counter32(m, "not_looked_up", done & ~s.lookup & ~s.normal),
                 counter32(m, "normal", done & s.normal),

@@ -283,14 +283,16 @@ def _tx_wire_extra(params, component):
     return {"Latency": f"{component.latency} cycles from a one-beat frame's beat in to its first beat out; a longer "
                        f"frame's first beat leaves when its last beat is in plus the editor's pipeline "
                        f"(docs/laps_tx_wire.md); decision {component.decision_latency} cycles from the second beat",
-            "Throughput": "1 beat per clock out; in, 1 beat per clock less the beat a header adds to a frame "
-                          "(lbpipe bench laps-tx-wire)"}
+            "Throughput": "1 beat per clock out; in, 1 beat per clock less the beat a header adds to a frame and "
+                          "the output slots a probe takes (1-2 beats, max(0, 7 - n) idle cycles after an n-beat "
+                          "frame) (lbpipe bench laps-tx-wire)"}
 
 
 BLOCKS.append(Block(
     name="laps-tx-wire",
     summary="LAPS sender in the wire: parser -> PST -> PIT -> softmax path choice -> LAPS header INSERT (pid, send "
-            "time, the path's anchors), 512-bit AXI4-Stream; PIT updates on upd",
+            "time, the path's anchors) and probe frames after their triggering frames, 512-bit AXI4-Stream; PIT "
+            "updates on upd",
     paper_ref="LAPS (IEEE ToN), sections III-B to III-E, Figures 3 and 5, Algorithm 1",
     params=[
         Param("n_dests", 1024, "PST records (record 0 the miss record)"),

@@ -1,5 +1,6 @@
 """Golden model of the LAPS sender in the wire (:class:`lbpipe.hdl.laps.tx_wire.LapsTxWire`), on frames: the golden
-parser (early items), PST, PIT, softmax and LAPS header editor composed as docs/laps_tx_wire.md says.
+parser (early items), PST, PIT, softmax and LAPS header editor composed as docs/laps_tx_wire.md says, and the
+probe frame (:func:`lbpipe.sim.laps.probe.probe_frame`) right behind a frame whose PIT lookup probed a path.
 
 Also here: :func:`tx_wire_commands` (the control plane's JSON tables as ``ctl`` commands at the pipeline's table
 numbers) and :func:`tx_wire_trace` (seeded frames and commands for ``lbpipe trace laps-tx-wire``).
@@ -8,6 +9,7 @@ numbers) and :func:`tx_wire_trace` (seeded frames and commands for ``lbpipe trac
 import random
 
 from lbpipe.sim.laps.pit import Pit, pit_commands
+from lbpipe.sim.laps.probe import probe_frame
 from lbpipe.sim.laps.pst import Pst, PstTable
 from lbpipe.sim.laps.softmax import Softmax
 from lbpipe.sim.packet.laps_editor import LapsEditor
@@ -50,6 +52,8 @@ class LapsTxWireModel:
         self.clock = 0
         self.tick = self.tick_reset
         self.own = [0, 0, 0, 0]       # not looked up, normal forwarding, no valid path, inserts
+        self.probes = [0]             # probe frames sent
+        self.dport = 0                # the last decided frame's UDP destination port
 
     def control(self, cmd):
         """Tables 0-15 PST, 16-31 PIT, 32-47 softmax (as ``table % 16``), 48 the clock; others ignored."""
@@ -67,7 +71,8 @@ class LapsTxWireModel:
             self.tick = cmd["data"] & 0xFF
 
     def stats(self):
-        return self.pst.stats() + self.pit.stats() + self.editor.stats() + [c % (1 << 32) for c in self.own]
+        return self.pst.stats() + self.pit.stats() + self.editor.stats() + \
+            [c % (1 << 32) for c in self.own + self.probes]
 
     def update(self, item):
         """An update on ``upd`` in a clock of its own (no lookup beside it): ``{"pid", "owd", "now"}``."""
@@ -86,6 +91,7 @@ class LapsTxWireModel:
                 raise ValueError("the clock runs (tick != 0): give each frame's time as now")
             now = self.clock
         meta = parse(bytes(frame), self.tag, laps_port=self.laps_port, early=True)
+        self.dport = meta["udp_dport"]
         self.tag = (self.tag + 1) & 0xFFFF
         family = meta["ipv4"] or (self.ipv6 and meta["ipv6"])
         lookup = bool(meta["udp"] and family and not meta["truncated"] and not meta["laps"]
@@ -113,9 +119,19 @@ class LapsTxWireModel:
                 "ack": 0, "sr_idx": 0, "pid": pids[j], "time": now, "anchors": anchors}, pit
 
     def process(self, frame, now=None):
-        """The frames (a list of 0 or 1 ``bytes``) that leave for ``frame``."""
-        action, _ = self.decide(frame, now)
-        return self.editor.process(bytes(frame), action)
+        """The frames that leave for ``frame``: the frame (edited or not), then its probe frame if the PIT's lookup
+        probed a path (docs/laps_tx_wire.md, "Probe frames")."""
+        action, pit = self.decide(frame, now)
+        out = self.editor.process(bytes(frame), action)
+        if out and pit["probe_valid"]:
+            j = pit["probe_slot"]
+            probe = probe_frame(out[0], pid=pit["probe_pid"], count=pit[f"n_anchors{j}"],
+                                anchors=sum(pit[f"anchor{j}_{a}"] << (32 * a) for a in range(4)),
+                                ipv6=action["ipv6"], l3_off=action["l3_off"], l4_off=action["l4_off"],
+                                time=action["time"], dport=self.dport, laps_port=self.laps_port)
+            self.probes[0] += 1
+            out = out + [probe]
+        return out
 
 
 def tx_wire_commands(table, *, beta_q=0, seed=None, exp_entries=None, n_entries=8192, k=8, n_dests=1024, ways=3,

@@ -1,4 +1,5 @@
-"""cocotb testbench of the LAPS sender in the wire (parser -> PST -> PIT -> softmax -> LAPS header INSERT).
+"""cocotb testbench of the LAPS sender in the wire (parser -> PST -> PIT -> softmax -> LAPS header INSERT, and
+the probe frames merged after their triggering frames).
 
 The DUT is :class:`lbpipe.boards.top.FlatTop` around :class:`lbpipe.hdl.laps.tx_wire.LapsTxWire`, parameters in
 ``LBPIPE_PARAMS`` (JSON). Frames are built with scapy; every output frame is compared with the golden model, and the
@@ -344,7 +345,17 @@ async def running_clock(dut):
     frames = [udp_frame("10.0.0.1", dests[1 + n % 4], tb.rng.choice([64, 100, 700])) for n in range(30)]
     for f in frames:
         tb.send(f)
-    got = [bytes((await _recv(tb)).tdata) for _ in frames]
+    # the running clock makes paths stale: a frame may leave a probe (LAPS probe bit set) right behind it
+    groups = []
+    while len(groups) < len(frames) or not tb.sink.empty():
+        g = bytes((await _recv(tb)).tdata)
+        if g[42] & 0x80:
+            groups[-1].append(g)
+        else:
+            groups.append([g])
+        if len(groups) == len(frames):
+            await ClockCycles(dut.clk, 40)      # the last frame's probe, if any
+    got = [g[0] for g in groups]
     times = [int.from_bytes(g[42 + 4:42 + 10], "big") for g in got]
     errors = []
     ins = seen.ins[-len(frames):]
@@ -353,8 +364,10 @@ async def running_clock(dut):
             errors.append(f"frame {n}: time {times[n]} - {times[0]} is not 4 x {ins[n] - ins[0]} cycles")
     for n, f in enumerate(frames):
         want = model.process(f, now=times[0] + 4 * (ins[n] - ins[0]))
-        if [got[n]] != want:
-            errors.append(f"frame {n} differs from the golden model")
+        if groups[n] != want:
+            errors.append(f"frame {n} (and its probe) differs from the golden model")
+    if sum(len(g) - 1 for g in groups) == 0:
+        errors.append("no probe: the running clock never made a path stale")
     assert not errors, "\n".join(errors[:10])
 
 
@@ -379,7 +392,10 @@ async def reset_mid_traffic(dut):
     if not 0 < t <= params["tick_ns"] * (tb.bench_cycle - start + 200) or t % params["tick_ns"] if \
             params["tick_ns"] else False:
         errors.append(f"time {t} after reset: the clock did not restart from 0 at tick_ns")
-    model.process(f, now=t)
+    want = model.process(f, now=t)
+    for extra in want[1:]:              # its probe, if the running clock made a path stale
+        if bytes((await _recv(tb)).tdata) != extra:
+            errors.append("the probe after the first frame after reset differs from the golden model")
     await tb.program(model, [{"table": T_CLOCK, "index": 1, "data": 0}, {"table": T_CLOCK, "index": 0, "data": 77}])
     frames, _ = mixed_frames(tb.rng, 40, dests)
     errors += await _send_checked(tb, model, frames)
@@ -395,6 +411,8 @@ def pcap_trace(seed, n_frames, **params):
     rng = random.Random(seed)
     table, dests = table_for(rng, params)
     cmds = tx_wire_commands(table, beta_q=8389, seed=rng.randrange(1, 1 << 32), exp_entries=64, **params)
+    # the clock (stopped) well past every path's 2 x real_val: each path is probed at its first lookup
+    cmds.append({"table": T_CLOCK, "index": 0, "data": 1_000_000})
     frames, _ = mixed_frames(rng, n_frames, dests)
     return cmds, frames
 
@@ -421,7 +439,8 @@ async def bench(dut):
     def make_frame(size, k):
         return udp_frame("10.0.0.1", dests[1 + k % 4], size, sport=k & 0xFFFF)
     results = await tb.size_bench(model, make_frame, latency=True)
-    assert model.stats()[17] == 0 and model.stats()[20] == 49 * len(results)
+    # the clock stays at 0, where every path's time is: no probe
+    assert model.stats()[17] == 0 and model.stats()[20] == 49 * len(results) and model.stats()[21] == 0
     # The datasheet's figure: decision 7 + 6 + 5 + 1 + (16 + ceil(log2 k)) cycles from the second beat, 13 in the
     # (cut-through) editor; a frame of n >= 2 beats: decision + 14, whatever n.
     decision = 7 + 6 + 5 + 1 + 16 + (params["k"] - 1).bit_length()
@@ -429,3 +448,187 @@ async def bench(dut):
         n = -(-r["size"] // BEAT)
         want = decision + 13 if n == 1 else decision + 14
         assert r["first_beat_latency"] == want, (r["size"], r["first_beat_latency"], want)
+
+
+# -- probe frames ----------------------------------------------------------------------------------------------------
+
+T0 = 1_000_000          # the clock, stopped: every path whose time is 0 and real_val below 500,000 ns is stale
+
+
+async def _probe_tables(tb, params, base, n):
+    """Destinations 10.0.7.(base + d), d < n, each with path A (slot 0, 1,000 ns, measured at T0 by an update: fresh;
+    anchors 192.168.1.d) and path B (slot 1, base 40,000 ns, time 0: stale at T0; anchors 192.168.2.d and, for d = 0,
+    three more). beta 1/1,024 per ns with exponent entries 0-63 only: B's weight is 0, so frames take A and the
+    lookup probes B. The clock stopped at T0. Returns per destination ``(dst, pid A, pid B, anchors A, anchors B)``."""
+    k, sub = params["k"], params["n_entries"] // params["k"]
+    rows, pst, pit = [], [], []
+    for d in range(n):
+        dst = f"10.0.7.{base + d}"
+        pa, pb = 0 * sub + base + d, 1 * sub + base + d
+        aa = [0xC0A80100 + d]
+        ab = [0xC0A80200 + d] + ([0x0A0A0A01, 0x0A0A0A02, 0x0A0A0A03] if d == 0 else [])
+        pst.append({"dst": dst, "pids": [pa, pb] + [0] * (k - 2)})
+        for pid, val, anchors in ((pa, 1000, aa), (pb, 40000, ab)):
+            pit.append({"pid": pid, "base_val": val, "anchors": [f"{a >> 24}.{a >> 16 & 255}.{a >> 8 & 255}.{a & 255}"
+                                                                 for a in anchors]})
+        rows.append((dst, pa, pb, aa, ab))
+    cmds = tx_wire_commands({"pst": pst, "pit": pit}, beta_q=1 << 14, exp_entries=64, **params)
+    await tb.program(None, cmds + [{"table": T_CLOCK, "index": 0, "data": T0}])
+    for _, pa, _, _, _ in rows:
+        await tb.update(pa, 1000, T0)
+    # the PIT's hold-off: a lookup does not probe what the last 5 updates wrote; these pass A's pid, not B's
+    return rows
+
+
+def _want_probe_pair(frame, pa, pb, aa, ab):
+    """scapy: the data frame (A's header) and the probe (B's pid and anchors, type 1, no payload)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Dot1Q, Ether
+    from scapy.packet import Raw
+    e = Ether(frame)
+    ip, udp = e[IP], e[UDP]
+
+    def head():
+        pkt = Ether(src=e.src, dst=e.dst)
+        if Dot1Q in e:
+            pkt = pkt / Dot1Q(vlan=e[Dot1Q].vlan)
+        return pkt / IP(src=ip.src, dst=ip.dst, id=ip.id, flags=ip.flags, ttl=ip.ttl)
+    data = head() / UDP(sport=udp.sport, dport=LAPS_PORT, chksum=0) / \
+        LapsHeader(pid=pa, int_time=T0, reserved2=udp.dport, anchors=aa) / Raw(bytes(udp.payload))
+    probe = head() / UDP(sport=udp.sport, dport=LAPS_PORT, chksum=0) / \
+        LapsHeader(probe=1, pid=pb, int_time=T0, reserved2=udp.dport, anchors=ab)
+    return bytes(data), bytes(probe)
+
+
+class _Beats:
+    """The cycle of every frame's first and last beats taken on ``m_axis``."""
+
+    def __init__(self, dut):
+        self.dut, self.frames, self.cycle, self.start = dut, [], 0, None
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        dut = self.dut
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            self.cycle += 1
+            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
+                if self.start is None:
+                    self.start = self.cycle
+                if int(dut.m_axis_tlast.value):
+                    self.frames.append((self.start, self.cycle))
+                    self.start = None
+
+
+def _pauses(tb, p_source, p_sink):
+    from lbpipe.tb.lib.harness import pause_pattern
+    for side, p in ((tb.source, p_source), (tb.sink, p_sink)):
+        if p:
+            side.set_pause_generator(pause_pattern(random.Random(tb.rng.random()), p))
+        else:
+            side.clear_pause_generator()
+
+
+@cocotb.test()
+async def probes_by_hand(dut):
+    """Three destinations whose path B is stale, frames back to back: each leaves with path A's header and, right
+    behind it, a probe frame on B (several probes in a row) equal to the one scapy builds; a second frame to each
+    leaves no probe (B was just probed). Without stalls, the probe after an n-beat frame starts max(1, 8 - n)
+    cycles after the frame's last beat, max(0, 7 - n) idle output cycles (the cost the datasheet states); then again
+    with random idle input and back-pressure (the probe waits for the output); the PIT's and the generator's
+    counters."""
+    params = _params()
+    if params["k"] < 2:
+        return
+    tb = TB(dut, stalls=False, seed=7)
+    await tb.reset()
+    seen = _Beats(dut)
+    errors = []
+    sent = 0
+    for run, (base, stalls) in enumerate(((1, False), (4, True))):
+        rows = await _probe_tables(tb, params, base, 3)
+        if stalls:
+            _pauses(tb, 0.3, 0.4)
+        sizes = [60, 300, 1000]
+        frames = [udp_frame("10.0.0.1", dst, sizes[n], sport=100 + n, dport=200 + n, vlan=5 if n == 1 else None)
+                  for n, (dst, *_) in enumerate(rows)]
+        again = [udp_frame("10.0.0.1", dst, 90, sport=300 + n) for n, (dst, *_) in enumerate(rows)]
+        expected = []
+        for f, (_, pa, pb, aa, ab) in zip(frames, rows):
+            expected += _want_probe_pair(f, pa, pb, aa, ab)
+        for f, (_, pa, pb, aa, ab) in zip(again, rows):
+            expected.append(_want_probe_pair(f, pa, pb, aa, ab)[0])
+        mark = len(seen.frames)
+        for f in frames + again:
+            tb.send(f)
+        errors += [f"run {run}: {e}" for e in await tb.check_frames(expected)]
+        sent += len(rows)
+        if not stalls:
+            # output frames in order: data, probe, data, probe, data, probe, then the three second frames
+            out = seen.frames[mark:]
+            for n in range(3):
+                (d0, d1), (p0, _) = out[2 * n], out[2 * n + 1]
+                beats = d1 - d0 + 1
+                if p0 - d1 != max(1, 8 - beats):
+                    errors.append(f"probe after a {beats}-beat frame started {p0 - d1} cycles after its last beat, "
+                                  f"not {max(1, 8 - beats)}")
+    _pauses(tb, 0, 0)
+    counters = [await tb.axil.read_dword(0x40 + 4 * i) for i in (9, 21)]
+    if counters != [sent, sent]:
+        errors.append(f"PIT probes and probe frames sent {counters}, expected {[sent, sent]}")
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def reset_with_probe_pending(dut):
+    """A frame that leaves a probe; the output stops (tready low) right after the frame's last beat, so its probe waits
+    in the generator; reset: the probe never leaves, the probe counter reads 0; then a frame to another destination
+    with a stale path leaves with its own probe, as scapy builds them (the generator is not stuck in the probe it
+    lost)."""
+    params = _params()
+    if params["k"] < 2:
+        return
+    tb = TB(dut, stalls=False, seed=8)
+    await tb.reset()
+    rows = await _probe_tables(tb, params, 8, 2)
+    stopped = []
+
+    async def stop_after_first_frame():
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value) and int(dut.m_axis_tlast.value):
+                tb.sink.pause = True
+                stopped.append(tb.bench_cycle)
+                return
+    watch = cocotb.start_soon(stop_after_first_frame())
+    f0 = udp_frame("10.0.0.1", rows[0][0], 64, sport=1, dport=2)
+    tb.send(f0)
+    errors = []
+    for _ in range(400):
+        if stopped:
+            break
+        await RisingEdge(dut.clk)
+    watch.cancel()
+    await ClockCycles(dut.clk, 20)
+    if not stopped or tb.sink.empty() or bytes(tb.sink.recv_nowait().tdata) != _want_probe_pair(f0, *rows[0][1:])[0]:
+        errors.append("the frame that triggers the probe did not leave as scapy builds it")
+    if not int(dut.m_axis_tvalid.value):
+        errors.append("no probe waiting on m_axis")
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    tb.sink.clear()
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+    tb.sink.pause = False
+    await ClockCycles(dut.clk, 200)
+    if not tb.sink.empty():
+        errors.append("the probe pending at reset left after it")
+    if await tb.axil.read_dword(0x40 + 4 * 21):
+        errors.append("probe counter not 0 after reset")
+    # reset restarted the clock (tick_ns): stop it at T0 again; path B of destination 1 is still stale
+    await tb.program(None, [{"table": T_CLOCK, "index": 1, "data": 0}, {"table": T_CLOCK, "index": 0, "data": T0}])
+    f = udp_frame("10.0.0.1", rows[1][0], 64, sport=9, dport=10)
+    tb.send(f)
+    errors += await tb.check_frames(list(_want_probe_pair(f, *rows[1][1:])))
+    assert not errors, "\n".join(errors[:10])
