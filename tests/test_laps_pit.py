@@ -548,3 +548,52 @@ def test_lookup_right_after_a_commit_waits_a_clock_and_sees_it():
     sim.add_testbench(bench)
     sim.run()
     assert log == [("taken", 1), ("out", 6, 1, 1400, 1)]
+
+
+def test_command_waits_for_the_lookup_ahead_to_leave():
+    """Commands are applied only with the pipeline empty (datasheet, Control): a command offered in the clock after
+    a lookup is taken (the lookup alone in the first stage) is accepted only after the lookup's result has left, and
+    the result shows the entry as it was (real_val 700, stale at now 5000: probed to 1400)."""
+    dut = Pit(**P64)
+    item_l = PitItem(k=4)
+    cmds = pit_commands([_entry(1, 700)], **P64)
+    ctl_l = data.StructLayout({"table": 8, "index": 24, "data": 64})
+    log = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for cmd in cmds:
+            ctx.set(dut.ctl.payload, ctl_l.const(cmd))
+            ctx.set(dut.ctl.valid, 1)
+            while True:
+                _, _, rdy = await ctx.tick().sample(dut.ctl.ready)
+                if rdy:
+                    break
+        ctx.set(dut.ctl.valid, 0)
+        for _ in range(2):
+            await ctx.tick()
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, item_l.const(_lk(5000, [1, 0, 0, 0])))
+        waiting = False
+        for clock in range(12):
+            _, _, i_ready, c_ready, c_valid, valid, payload = await ctx.tick().sample(
+                dut.i.ready, dut.ctl.ready, dut.ctl.valid, dut.o.valid, dut.o.payload)
+            if valid:
+                log.append(("out", clock, payload.real_val0))
+            if waiting and c_ready and c_valid:
+                log.append(("command", clock))
+                ctx.set(dut.ctl.valid, 0)
+                waiting = False
+            if i_ready and clock == 0:
+                # the lookup is taken at clock 0; from the next clock a VALUES command waits (real_val 900)
+                log.append(("taken", clock))
+                ctx.set(dut.i.valid, 0)
+                ctx.set(dut.ctl.payload, ctl_l.const({"table": 0, "index": 0, "data": 900 << 32}))
+                ctx.set(dut.ctl.valid, 1)
+                waiting = True
+    sim = Simulator(dut)
+    sim.add_clock(4e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert log[0] == ("taken", 0) and log[1] == ("out", 5, 1400)
+    assert len(log) == 3 and log[2][0] == "command" and log[2][1] > 5

@@ -325,6 +325,22 @@ def test_rtl_bench_one_lookup_per_clock():
     assert stats["items_per_clock"] == 1.0 and sum(o["hit"] for o in out) > 250
 
 
+def test_rtl_record_index_at_the_bound():
+    """The RECORD range check exactly at its bound (datasheet: a record ``>= n_dests`` is rejected): 16 records of
+    two words take indexes 0 to 31; 32 and 33 are rejected (their record bits, taken modulo 16, would name the miss
+    record), 1 (record 0, word 1) is accepted. A miss shows record 0."""
+    params = dict(n_dests=16, k=8, ways=3, buckets=8, ipv6=False, user_bits=0)
+    events = [{"ctl": {"table": RECORD, "index": 32, "data": 1 | 2 << 16 | 3 << 32 | 4 << 48}},
+              {"ctl": {"table": RECORD, "index": 33, "data": 1 | 2 << 16 | 3 << 32 | 4 << 48}},
+              {"item": _item("10.0.0.1", tag=1)},
+              {"ctl": {"table": RECORD, "index": 1, "data": 5 | 6 << 16 | 7 << 32 | 8 << 48}},
+              {"item": _item("10.0.0.1", tag=2)}]
+    out = run_rtl("laps-pst", params, events)
+    assert [o["tag"] for o in out] == [1, 2]
+    assert [out[0][f"pid{i}"] for i in range(8)] == [0] * 8 and (out[0]["hit"], out[0]["normal"]) == (0, 1)
+    assert [out[1][f"pid{i}"] for i in range(8)] == [0, 0, 0, 0, 5, 6, 7, 8]
+
+
 @pytest.mark.parametrize("testcase", ["harness_catches_a_wrong_output", "harness_catches_a_wrong_cycle"])
 def test_harness_can_fail(testcase):
     events = pst_trace(2, 60, **SMALL)

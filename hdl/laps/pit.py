@@ -266,7 +266,9 @@ class Pit(wiring.Component):
                 u_sub=Signal(k, name=f"{name}_u_sub"), own=Signal(k, name=f"{name}_own"),
                 hu=Signal(k, name=f"{name}_hold_upd"))
         st = {n: group(n) for n in ("r1", "x2", "x3", "x4", "x5")}
-        st["x2"].update(d=[Signal(lay, name=f"x2_d{j}") for j in range(k)], v=Signal(name="x2_v"))
+        st["x2"].update(d=[Signal(lay, name=f"x2_d{j}") for j in range(k)], v=Signal(name="x2_v"),
+                        hu_eq=Signal(HOLDOFF + 1, name="x2_hold_upd_eq"),
+                        hu_sub=[Signal(k, name=f"x2_hold_upd_sub{n}") for n in range(HOLDOFF + 1)])
         for n in ("x3", "x4", "x5"):
             st[n].update(v=Signal(name=f"{n}_v"), live=Signal(k, name=f"{n}_live"))
         st["x3"].update(e_lo=[Signal(_HALF, name=f"x3_e_lo{j}") for j in range(k)],
@@ -274,7 +276,8 @@ class Pit(wiring.Component):
                         hi0=[Signal(TIME_BITS - _HALF, name=f"x3_e_hi0_{j}") for j in range(k)],
                         hi1=[Signal(TIME_BITS - _HALF, name=f"x3_e_hi1_{j}") for j in range(k)],
                         real=[Signal(VAL_BITS, name=f"x3_real{j}") for j in range(k)],
-                        phm=[Signal(k, name=f"x3_ph{n}_match") for n in range(HOLDOFF)],
+                        phe=Signal(HOLDOFF + 1, name="x3_ph_eq"), ph_shift=Signal(name="x3_ph_shift"),
+                        phs=[Signal(k, name=f"x3_ph{n}_slot") for n in range(HOLDOFF + 1)],
                         peq=Signal(k, name="x3_x5_index_eq"), ueq=Signal(k, name="x3_x5_upd_index_eq"))
         st["x4"].update(stale=Signal(k, name="x4_stale_mem"), hold=Signal(k, name="x4_hold"),
                         eqp=Signal(k, name="x4_eqp"), ueq=Signal(k, name="x4_x5_upd_index_eq"),
@@ -288,10 +291,29 @@ class Pit(wiring.Component):
                         s=[Signal(_static_layout(), name=f"x5_s{j}") for j in range(k)])
         # the last HOLDOFF updates' pids and the last HOLDOFF lookups' probes that left X5 (0 = none)
         # (sub-table one-hot, index): a slot's pid matches when its own sub-table bit is set and the index is equal
-        st["uh"] = [(Signal(k, name=f"uh{n}_sub"), Signal(self._ib, name=f"uh{n}_index")) for n in range(HOLDOFF)]
-        st["ph"] = [(Signal(k, name=f"ph{n}_slot"), Signal(self._ib, name=f"ph{n}_index")) for n in range(HOLDOFF)]
+        # and the same sub-table (slot) as a binary number, which selects the one slot an entry can match
+        kb = max(1, (k - 1).bit_length())
+        st["uh"] = [(Signal(k, name=f"uh{n}_sub"), Signal(self._ib, name=f"uh{n}_index"),
+                     Signal(kb, name=f"uh{n}_sub_bin")) for n in range(HOLDOFF)]
+        st["ph"] = [(Signal(k, name=f"ph{n}_slot"), Signal(self._ib, name=f"ph{n}_index"),
+                     Signal(kb, name=f"ph{n}_slot_bin")) for n in range(HOLDOFF)]
         st["lfsr"] = Signal(16, init=self._seed, name="lfsr")
         return st
+
+    def _slot_index(self, item, sbin):
+        """The index of ``item``'s pid in slot ``sbin`` (a binary slot number; 0 beyond ``k``)."""
+        if self._k == 1:
+            return self._index(item["pid0"])
+        return Cat(*(self._index(item[f"pid{j}"]) for j in range(self._k))).word_select(sbin, self._ib)
+
+    def _probe_index(self, x5):
+        """The index X5's probe writes (0 without one) and its slot as a binary number (``p_we`` is one-hot)."""
+        idx = Const(0, self._ib)
+        for j in range(self._k):
+            idx = idx | Mux(x5["p_we"][j], self._index(x5["item"][f"pid{j}"]), 0)
+        kb = max(1, (self._k - 1).bit_length())
+        sbin = Cat(*(Cat(*(x5["p_we"][j] for j in range(self._k) if (j >> b) & 1)).any() for b in range(kb)))
+        return idx, sbin
 
     def _carry(self, m, adv, src, dst, names):
         with m.If(adv):
@@ -356,23 +378,24 @@ class Pit(wiring.Component):
             ]
 
     def _read_stage(self, m, adv, dstale, vmem, st):
-        """X1: register the ``dstale`` and ``V`` read data as they leave the memories; the update hold-off (the
-        slot's pid is its clock's update or one of the HOLDOFF updates before it, kept in ``uh``)."""
+        """X1: register the ``dstale`` and ``V`` read data as they leave the memories; the update hold-off's
+        comparisons (its clock's update and the HOLDOFF updates before it, kept in ``uh``: one each, against the
+        slot of the update's sub-table), which X2 turns into per-slot bits."""
         k, ib, r1, x2, uh = self._k, self._ib, st["r1"], st["x2"], st["uh"]
         self._carry(m, adv, r1, x2, [n for n in self._COMMON if n != "hu"])
-        hu = []
-        for j in range(k):
-            index = self._index(r1["item"][f"pid{j}"])
-            h = r1["up"] & r1["u_sub"][j] & (self._index(r1["upd"].pid) == index)
-            for sub, idx in uh:
-                h = h | (sub[j] & (idx == index))
-            hu.append(h)
+        # One index comparison per update (this clock's and the HOLDOFF before it), against the lookup's slot of
+        # the update's sub-table, chosen by the sub-table number: the only slot a pid of that sub-table can be.
+        # X2 turns the comparisons into per-slot bits (``_elapsed_stage``).
+        kb = len(uh[0][2])
+        u_bin = (r1["upd"].pid >> ib)[:kb]
+        entries = [(Mux(r1["up"], r1["u_sub"], 0), self._index(r1["upd"].pid), u_bin)] + list(uh)
         with m.If(adv):
-            m.d.sync += x2["hu"].eq(Cat(*hu))
+            for n, (sub, idx, sbin) in enumerate(entries):
+                m.d.sync += [x2["hu_eq"][n].eq(self._slot_index(r1["item"], sbin) == idx), x2["hu_sub"][n].eq(sub)]
             with m.If(r1["up"]):
-                m.d.sync += [uh[0][0].eq(r1["u_sub"]), uh[0][1].eq(self._index(r1["upd"].pid))]
+                m.d.sync += [uh[0][0].eq(r1["u_sub"]), uh[0][1].eq(self._index(r1["upd"].pid)), uh[0][2].eq(u_bin)]
                 for n in range(1, HOLDOFF):
-                    m.d.sync += [uh[n][0].eq(uh[n - 1][0]), uh[n][1].eq(uh[n - 1][1])]
+                    m.d.sync += [a.eq(b) for a, b in zip(uh[n], uh[n - 1])]
         with m.If(adv):
             m.d.sync += x2["v"].eq(vmem[0].data)
         for j, (rd, _) in enumerate(dstale):
@@ -392,17 +415,23 @@ class Pit(wiring.Component):
         """X2: the elapsed time ``(now - time) mod 2**48`` of each slot in two 24-bit halves: the low half with its
         no-borrow bit, and the high half both without and with the borrow (the next stage picks one)."""
         x2, x3 = st["x2"], st["x3"]
-        self._carry(m, adv, x2, x3, self._COMMON)
+        self._carry(m, adv, x2, x3, [n for n in self._COMMON if n != "hu"])
         now = x2["item"].now
         # Probe history matches for X3, against ph as it will be then: shifted if the lookup in X5 leaves now.
         x5, ph = st["x5"], st["ph"]
-        for j in range(self._k):
-            index = self._index(x2["item"][f"pid{j}"])
-            leaving = x5["p_we"][j] & (self._index(x5["item"][f"pid{j}"]) == index)
-            match = [slot[j] & (idx == index) for slot, idx in ph]
-            with m.If(adv):
-                for n in range(HOLDOFF):
-                    m.d.sync += x3["phm"][n][j].eq(Mux(x5["lk"], leaving if n == 0 else match[n - 1], match[n]))
+        # One index comparison per history entry (and for the probe leaving X5), against the lookup's slot the
+        # entry's probe was in; X3 ANDs each with the entry's slot bits, shifted by one entry if the lookup in X5
+        # left when these were registered (``ph_shift``: ph as it is when the lookup is in X3).
+        p_idx, p_bin = self._probe_index(x5)
+        slots = [x5["p_we"]] + [slot for slot, _, _ in ph]
+        eqs = [self._slot_index(x2["item"], sbin) == idx for _, idx, sbin in [(None, p_idx, p_bin)] + list(ph)]
+        with m.If(adv):
+            m.d.sync += [x3["phe"].eq(Cat(*eqs)), x3["ph_shift"].eq(x5["lk"])]
+            m.d.sync += [reg.eq(slot) for reg, slot in zip(x3["phs"], slots)]
+        # The update hold-off's comparisons (X1) become per-slot bits.
+        with m.If(adv):
+            m.d.sync += x3["hu"].eq(Cat(*(
+                Cat(*(sub[j] & x2["hu_eq"][n] for n, sub in enumerate(x2["hu_sub"]))).any() for j in range(self._k))))
         # Index matches X5 will need against this lookup once it is in X3 (the snoop, the hold-off): the stages
         # move together, so X4 against X2 now is X5 against X3 then, and stays so while they hold.
         x4 = st["x4"]
@@ -463,7 +492,7 @@ class Pit(wiring.Component):
             index = self._index(x3["item"][f"pid{j}"])
             h = x3["hu"][j] | (b & x5["p_we"][j] & x3["peq"][j])
             for n in range(HOLDOFF):
-                hit = x3["phm"][n][j]
+                hit = Mux(x3["ph_shift"], x3["phs"][n][j] & x3["phe"][n], x3["phs"][n + 1][j] & x3["phe"][n + 1])
                 if n + 2 < HOLDOFF:
                     h = h | hit
                 elif n + 1 < HOLDOFF:
@@ -491,11 +520,18 @@ class Pit(wiring.Component):
                         bit = bit | (start == s0)
                 row.append(bit)
             ahead.append(Cat(*row))
-        # the slots ahead of the update's sub-table: the conflict flag (the probe lands in the update's sub-table)
-        # then needs no pick of its own
+        # the slots ahead of the update's sub-table u (the conflict flag, a probe landing in the update's
+        # sub-table, then needs no pick of its own): going round from the start, the slots i with start <= i < u,
+        # or, when the start is past u, i >= start or i < u. From two thermometer codes (i >= start, i >= u) and
+        # one comparison: a few inputs a bit, not a multiplexer over the 64 ahead bits.
         amask = Const(0, k)
-        for j in range(k):
-            amask = amask | Mux(x3["u_sub"][j], ahead[j], 0)
+        if kb:
+            u_bin = (x3["upd"].pid >> self._ib)[:kb]
+            past = Signal(name="start_past_upd")
+            m.d.comb += past.eq(start > u_bin)
+            ge_s = [start <= i for i in range(k)]
+            ge_u = [u_bin <= i for i in range(k)]
+            amask = Cat(*(x3["u_sub"].any() & Mux(past, ge_s[i] | ~ge_u[i], ge_s[i] & ~ge_u[i]) for i in range(k)))
         with m.If(adv):
             m.d.sync += [x4["ahead"][j].eq(ahead[j]) for j in range(k)]
             m.d.sync += x4["amask"].eq(amask)
@@ -506,12 +542,10 @@ class Pit(wiring.Component):
                 m.d.sync += x4["fin"].eq(Cat(x3["real"][j] != INFINITY for j in range(k)))
             with m.If(b):
                 # the lookup leaving X5 enters the probe history (slot one-hot, index; all 0 without a probe)
-                idx = Const(0, self._ib)
-                for j in range(k):
-                    idx = idx | Mux(x5["p_we"][j], self._index(x5["item"][f"pid{j}"]), 0)
-                m.d.sync += [st["ph"][0][0].eq(x5["p_we"]), st["ph"][0][1].eq(idx)]
+                idx, sbin = self._probe_index(x5)
+                m.d.sync += [st["ph"][0][0].eq(x5["p_we"]), st["ph"][0][1].eq(idx), st["ph"][0][2].eq(sbin)]
                 for n in range(1, HOLDOFF):
-                    m.d.sync += [st["ph"][n][0].eq(st["ph"][n - 1][0]), st["ph"][n][1].eq(st["ph"][n - 1][1])]
+                    m.d.sync += [a.eq(b) for a, b in zip(st["ph"][n], st["ph"][n - 1])]
 
     # -- X4: decide ----------------------------------------------------------------------------------------------------
 
@@ -622,9 +656,15 @@ class Pit(wiring.Component):
                 out[f"base_val{j}"].eq(s.base), out[f"n_anchors{j}"].eq(s.n_anchors),
                 *[out[f"anchor{j}_{a}"].eq(s.anchors[32 * a:32 * a + 32]) for a in range(N_ANCHORS)],
             ]
-        busy = Const(0, 1)
-        for n in ("r1", "x2", "x3", "x4"):
-            busy = busy | st[n]["lk"] | st[n]["up"]
+        # Whether r1 to x4 hold a lookup or an update, registered: their OR as it will be after this clock (they
+        # all load on ``adv``, and reset clears them and this alike), so ``ctl.ready`` is two register bits and
+        # the AXI4-Lite bridge's path through it to the staging registers stays short.
+        busy = Signal(name="busy")
+        fill = (self.i.valid | self.upd.valid) & self.i.ready
+        for n in ("r1", "x2", "x3"):
+            fill = fill | st[n]["lk"] | st[n]["up"]
+        with m.If(adv):
+            m.d.sync += busy.eq(fill)
         empty = ~busy & ~x5["valid"]
         m.d.comb += [ctl_go.eq(self.ctl.valid & empty), self.ctl.ready.eq(empty)]
         self._counters(m, adv, x5)

@@ -156,6 +156,19 @@ def check_parameters(*, n_dests, k, ways, buckets, ipv6, user_bits):
     _check_int("user_bits", user_bits, 0, 256)
 
 
+def _below(value, bound):
+    """``value < bound`` for a constant ``bound``, as logic on the bits, not a subtraction."""
+    if bound >= 1 << len(value):
+        return Const(1)
+    result = Const(0)
+    for i in range(len(value)):
+        if (bound >> i) & 1:
+            result = ~value[i] | result
+        else:
+            result = ~value[i] & result
+    return result
+
+
 class Pst(wiring.Component):
     """LAPS Path Search Table (see the module docstring for the structure, the hash and the timing).
 
@@ -287,10 +300,12 @@ class Pst(wiring.Component):
             "way": self._ways, "bucket": n_bits, "word": max(1, words), "dest": p_bits, "data": 64,
         })
         cmd = Signal(layout, reset_less=True)
-        slot_ok = c.index < self._ways * self._buckets
-        rec_ok = (c.index >> w_bits) < self._n_dests
+        # Range checks as bit tests against the constant bounds, not arithmetic compares (a LUT per bit pair and a
+        # carry chain each).
+        slot_ok = _below(c.index, self._ways * self._buckets)
+        rec_ok = _below(c.index[w_bits:], self._n_dests)
         if words & (words - 1):
-            rec_ok = rec_ok & (c.index[:w_bits] < words)
+            rec_ok = rec_ok & _below(c.index[:w_bits], words)
         is_ins = c.table == TABLE_INSERT
         is_del = c.table == TABLE_DELETE
         is_rec = c.table == TABLE_RECORD
