@@ -9,6 +9,11 @@
 // flow's release CNM with n = the count before the removal. Every CNM names its congestion point (cnm_cp: the
 // port). A port at or above n_ports: rejected (ok 0).
 //
+// Refresh CNMs (issue 17): a join or a release makes every other flow in the port's set owe its source a refresh
+// (r_owed, bit port * 8 + slot; the port's debts replaced). An in-range event with no CNM of its own pays the
+// lowest owed bit (any port) as a congestion CNM: the slot's flow and src, its port's current count (r_count) and
+// cp = its port; the debt is cleared. Bit order port * 8 + slot is the golden model's port * n_slots + slot.
+//
 // Test harness header (`cnm_tick_t`, EtherType 0x88B5, after Ethernet): op 0 an event (tag, port, deq, amount,
 // flow, src in; flags ok/cnm/cnm_cong, qlen, cnm_flow, cnm_src, cnm_n, cnm_cp out; port 1), op 1 an lbpipe `ctl`
 // command (table 0: K = data's low q_bits bits unless 0; dropped).
@@ -56,6 +61,8 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
     register<bit<32>>(MAX_PORTS * MAX_SLOTS) r_flow;
     register<bit<16>>(MAX_PORTS * MAX_SLOTS) r_src;
     register<bit<32>>(1) r_k;                               // K written by ctl; 0: the configured threshold
+    register<bit<256>>(1) r_owed;                           // refresh debts, bit port * 8 + slot
+    register<bit<8>>(MAX_PORTS) r_count;                    // port: flows in its set
 
     action set_config(bit<8> n_ports, bit<8> n_slots, bit<32> qmask, bit<32> threshold) {
         m.n_ports = n_ports; m.n_slots = n_slots; m.qmask = qmask; m.threshold = threshold;
@@ -63,6 +70,8 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
     table cnm_config { actions = { set_config; } default_action = set_config(8, 4, 65535, 512); }
 
 // Slot J of the event's port: read; counted; the flow found; the lowest free slot below n_slots; the lowest occupied.
+// One halving step of the paid debt's bit number (low: a single bit).
+#define LOG2(S) if ((low >> S) != 0) { idx = idx + S; low = low >> S; }
 #define READ(J) r_valid.read(m.v##J, base + J); r_flow.read(m.f##J, base + J);
 #define SCAN(J) if (m.v##J == 1) { m.count = m.count + 1; if (m.f##J == h.tick.flow) { m.found = 1; } \
     if (m.has_first == 0) { m.has_first = 1; m.first_j = J; } } \
@@ -86,6 +95,8 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
             h.tick.qlen = 0; h.tick.cnm_flow = 0; h.tick.cnm_src = 0; h.tick.cnm_n = 0; h.tick.cnm_cp = 0;
             if (h.tick.port < m.n_ports) {
                 ok = 1;
+                bit<256> owed;
+                r_owed.read(owed, 0);
                 bit<32> qold;
                 r_q.read(qold, (bit<32>)h.tick.port);
                 bit<40> q40;
@@ -102,6 +113,9 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
                 READ(0) READ(1) READ(2) READ(3) READ(4) READ(5) READ(6) READ(7)
                 m.found = 0; m.has_free = 0; m.free_j = 0; m.has_first = 0; m.first_j = 0; m.count = 0;
                 SCAN(0) SCAN(1) SCAN(2) SCAN(3) SCAN(4) SCAN(5) SCAN(6) SCAN(7)
+                bit<8> vmask = m.v7 ++ m.v6 ++ m.v5 ++ m.v4 ++ m.v3 ++ m.v2 ++ m.v1 ++ m.v0;
+                bit<8> sh = (bit<8>)base;                          // port * 8 <= 248
+                bit<256> field = ((bit<256>)0xFF) << sh;
                 if (q >= k && h.tick.deq == 0) {
                     if (m.found == 0 && m.has_free == 1) {
                         bit<32> at = base + (bit<32>)m.free_j;
@@ -109,6 +123,8 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
                         cnm = 1; cong = 1;
                         h.tick.cnm_flow = h.tick.flow; h.tick.cnm_src = h.tick.src; h.tick.cnm_n = m.count + 1;
                         h.tick.cnm_cp = h.tick.port;
+                        r_count.write((bit<32>)h.tick.port, m.count + 1);
+                        owed = (owed & ~field) | (((bit<256>)vmask) << sh);     // the others owe
                     }
                 } else if (q < k && m.count != 0) {
                     bit<32> at = base + (bit<32>)m.first_j;
@@ -117,7 +133,21 @@ control CnmIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
                     cnm = 1;
                     h.tick.cnm_n = m.count;
                     h.tick.cnm_cp = h.tick.port;
+                    r_count.write((bit<32>)h.tick.port, m.count - 1);
+                    bit<8> rest = vmask & ~((bit<8>)1 << m.first_j);
+                    owed = (owed & ~field) | (((bit<256>)rest) << sh);      // the rest owe
                 }
+                if (cnm == 0 && owed != 0) {                        // a refresh rides this event
+                    bit<256> low = owed & (~owed + 1);
+                    bit<16> idx = 0;
+                    LOG2(128) LOG2(64) LOG2(32) LOG2(16) LOG2(8) LOG2(4) LOG2(2) LOG2(1)
+                    r_flow.read(h.tick.cnm_flow, (bit<32>)idx); r_src.read(h.tick.cnm_src, (bit<32>)idx);
+                    r_count.read(h.tick.cnm_n, (bit<32>)(idx >> 3));
+                    h.tick.cnm_cp = (bit<8>)(idx >> 3);
+                    cnm = 1; cong = 1;
+                    owed = owed & ~((bit<256>)1 << (bit<8>)idx);
+                }
+                r_owed.write(0, owed);
             }
             h.tick.flags = 5w0 ++ cong ++ cnm ++ ok;
             sm.egress_spec = 1;

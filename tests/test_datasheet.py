@@ -60,7 +60,7 @@ DATASHEET_LEVELS = {
     "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6, core and top
     "flb-route": 6,         # docs/flb_route.md: 6, core and top
     "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
-    "flb-cnm": 5,           # docs/flb_cnm.md: 5 core (6 in the AXI4-Lite top)
+    "flb-cnm": 6,           # docs/flb_cnm.md: 6, core and top
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
     "selb-reroute": 5,      # docs/selb_reroute.md: 5, core and top

@@ -40,7 +40,10 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
     """Sections 3.2 and 5 per event, with a dict ``isolated[port] = {slot: (flow, src)}``: the queue estimate is
     the running sum of enqueued minus dequeued amounts kept within ``[0, 2**q_bits)``; at or above K an enqueue
     notifies its flow once (lowest free slot; ``n`` counts it); below K each event releases the flow in the lowest
-    slot (``n`` counts it too); every CNM names its port as the congestion point. Returns
+    slot (``n`` counts it too); every CNM names its port as the congestion point. Refreshes (issue 17, the
+    datasheet's rule): a join or a release puts every other flow of the port in ``debts`` (and the port's other
+    debts out); an in-range event without a CNM of its own pays the smallest debt (port, then slot) as a congestion
+    CNM with that port's count now. Returns
     ``[(ok, qlen, cnm, cong, flow, src, n, cp)]`` and the counters
     ``[congestion CNMs, release CNMs, set full, clamped, rejected]``."""
     cap = 2 ** q_bits
@@ -48,6 +51,7 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
     queue = {p: 0 for p in range(n_ports)}
     isolated = {p: {} for p in range(n_ports)}
     out, cnt = [], [0, 0, 0, 0, 0]
+    debts = set()
     for e in events:
         if "ctl" in e:
             if e["ctl"]["table"] == THRESHOLD and e["ctl"]["data"] % cap != 0:
@@ -69,6 +73,7 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
                 free = [s for s in range(n_slots) if s not in here]
                 if free:
                     here[free[0]] = (it["flow"], it["src"])
+                    debts = {d for d in debts if d[0] != p} | {(p, s) for s in here if s != free[0]}
                     row = (1, queue[p], 1, 1, it["flow"], it["src"], len(here), p)
                     cnt[0] += 1
                 else:
@@ -77,7 +82,12 @@ def rederive(events, *, n_ports, n_slots, n_edges, flow_bits, amount_bits, q_bit
             s = min(here)
             row = (1, queue[p], 1, 0, here[s][0], here[s][1], len(here), p)
             del here[s]
+            debts = {d for d in debts if d[0] != p} | {(p, t) for t in here}
             cnt[1] += 1
+        if debts and not row[2]:
+            fp, fs = min(debts)
+            debts.discard((fp, fs))
+            row = (1, queue[p], 1, 1, isolated[fp][fs][0], isolated[fp][fs][1], len(isolated[fp]), fp)
         out.append(row)
     return out, cnt
 
@@ -97,7 +107,8 @@ def hand_worked():
     ev += [_e(0, 30, 2, 3)]; want += [(1, 60, 1, 1, 2, 3, 1, 0)]    # 2 q 60 reaches K: flow 2 notified, n 1
     ev += [_e(0, 10, 2, 3)]; want += [(1, 70, 0, 0, 0, 0, 0, 0)]    # 3 flow 2 already notified: nothing
     ev += [_e(0, 5, 1, 2)]; want += [(1, 75, 1, 1, 1, 2, 2, 0)]     # 4 flow 1 notified, n 2
-    ev += [_e(0, 5, 7, 1)]; want += [(1, 80, 0, 0, 0, 0, 0, 0)]     # 5 set full (2 slots): nothing, counted
+    ev += [_e(0, 5, 7, 1)]; want += [(1, 80, 1, 1, 2, 3, 2, 0)]     # 5 set full (counted); flow 2 owed since 4:
+    #                                                                   refresh, n 2 (its first CNM said 1)
     ev += [_d(0, 10, 2)]; want += [(1, 70, 0, 0, 0, 0, 0, 0)]       # 6 dequeue above K: nothing
     ev += [_e(1, 63, 2, 0)]; want += [(1, 63, 1, 1, 2, 0, 1, 1)]    # 7 port 1 has its own set: flow 2 again, n 1
     ev += [_d(0, 20, 7)]; want += [(1, 50, 1, 0, 2, 3, 2, 0)]       # 8 q 50 < 60: release slot 0 (flow 2), n 2
@@ -107,7 +118,9 @@ def hand_worked():
     ev += [_d(0, 1, 3)]; want += [(1, 0, 0, 0, 0, 0, 0, 0)]         # 12 0 - 1: clamped; set empty, nothing
     ev += [_e(3, 5, 4, 1)]; want += [(0, 0, 0, 0, 0, 0, 0, 0)]      # 13 port 3 of 3: rejected
     ev += [_e(1, 63, 9, 1)]; want += [(1, 126, 1, 1, 9, 1, 2, 1)]   # 14 port 1: flow 9, n 2
-    ev += [_e(1, 63, 9, 1)]; want += [(1, 189, 0, 0, 0, 0, 0, 0)]   # 15 flow 9 notified already
+    ev += [_e(1, 63, 9, 1)]; want += [(1, 189, 1, 1, 2, 0, 2, 1)]   # 15 flow 9 notified already: port 1's
+    #                                                                   flow 2 (src 0) refreshed at n 2
+    # (9: flow 1 owed since 8, but 9 carries its own release, of flow 1; 20 likewise for flow 9)
     ev += [_e(1, 63, 4, 1)]; want += [(1, 252, 0, 0, 0, 0, 0, 0)]   # 16 set full: counted
     ev += [_e(1, 10, 2, 0)]; want += [(1, 255, 0, 0, 0, 0, 0, 0)]   # 17 262 clamped to 255; flow 2 notified
     ev += [_k(200), _k(5, table=1), _k(256)]                     # K 200; then table 1 and K = 256 mod 256 = 0 ignored

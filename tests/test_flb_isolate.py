@@ -17,6 +17,7 @@ import pytest
 from lbpipe.engine import run_golden, run_rtl
 from lbpipe.hdl.flb.isolate import Isolate as IsolateRTL
 from lbpipe.sim.flb.isolate import isolate_trace
+from test_flb_cnm import rederive as rederive_cnm
 
 FULL = os.environ.get("LBPIPE_FULL") == "1"
 
@@ -349,43 +350,31 @@ def compose_golden(scenario):
 
 
 def rederive_composed(scenario):
-    """Sections 3.2 and 3.3 end to end, from the queue events alone: per egress port the estimate (clamped to
-    ``[0, 2**q_bits)``) and its congested flows in slot order; an enqueue at or above K adds its flow (lowest free
-    slot, ``n`` = the flows now in the set) and tells the flow's source (flow, port, n); any event below K removes
-    the lowest slot's flow and tells its source. Each source keeps the n last told per port and its isolated flows
-    in slot order (lowest free; none free: not isolated); a packet toward the destination sees ``k`` = the ceiling
-    of the sum over its source's isolated flows of 1/(n of the flow's port), at most ``n_paths - 1``, and an
-    isolated flow takes ``n_paths - 1 - rank mod k``. Also returns, per packet, the k of the old rule (each flow
-    at the n it was told when it joined) and the number of ports among the source's isolated flows."""
+    """Sections 3.2 and 3.3 end to end. The destination's CNMs (congestion, release and refresh) come from
+    tests/test_flb_cnm.py's re-derivation run on the queue events alone; each source keeps the n last told per
+    port and its isolated flows in slot order (lowest free; none free: not isolated; a congestion CNM for a flow
+    it holds renews it at the CNM's port); a packet toward the destination sees ``k`` = the ceiling of the sum over
+    its source's isolated flows of 1/(n of the flow's port), at most ``n_paths - 1``, and an isolated flow takes
+    ``n_paths - 1 - rank mod k``. Also returns, per packet, the k of the old rule (each flow at the n it was told
+    when it joined) and the number of ports among the source's isolated flows."""
     from fractions import Fraction
-    top, k_thr, slots = 2 ** CP["q_bits"] - 1, CP["threshold"], CP["n_slots"]
-    q = [0] * CP["n_ports"]
-    sets = [[None] * slots for _ in range(CP["n_ports"])]
+    rows = iter(rederive_cnm([{"item": e[1]} for e in scenario if e[0] == "queue"], **CP)[0])
     told = [{}, {}]                             # per source: port -> n last told
     table = [[None] * CI["n_slots"] for _ in range(2)]    # per source: slot -> (flow, port, n at join)
     out, old, ports = [], [], []
     last = CI["n_paths"] - 1
     for e in scenario:
         if e[0] == "queue":
-            it = e[1]
-            p = it["port"]
-            q[p] = max(0, min(top, q[p] - it["amount"] if it["deq"] else q[p] + it["amount"]))
-            here = sets[p]
-            if q[p] >= k_thr and not it["deq"] and it["flow"] not in [s[0] for s in here if s]:
-                if None in here:
-                    here[here.index(None)] = (it["flow"], it["src"])
-                    src, n = it["src"], sum(1 for s in here if s)
-                    told[src][p] = n
-                    mine = table[src]
-                    at = [j for j, s in enumerate(mine) if s and s[0] == it["flow"]]
-                    if at:
-                        mine[at[0]] = (it["flow"], p, mine[at[0]][2])
-                    elif None in mine:
-                        mine[mine.index(None)] = (it["flow"], p, n)
-            elif q[p] < k_thr and any(here):
-                j = next(j for j, s in enumerate(here) if s)
-                flow, src = here[j]
-                here[j] = None
+            _, _, cnm, cong, flow, src, n, p = next(rows)
+            if cnm and cong:
+                told[src][p] = n
+                mine = table[src]
+                at = [j for j, s in enumerate(mine) if s and s[0] == flow]
+                if at:
+                    mine[at[0]] = (flow, p, mine[at[0]][2])
+                elif None in mine:
+                    mine[mine.index(None)] = (flow, p, n)
+            elif cnm:
                 table[src] = [None if s and s[0] == flow else s for s in table[src]]
             continue
         src, it = e[1], e[2]
@@ -436,6 +425,126 @@ def test_rtl_composed():
     got = _fields(out)
     bad = [n for n, (w, g) in enumerate(zip(want, got)) if w != g]
     assert len(got) == len(want) and not bad, bad[:4]
+
+
+# -- the review's stale-n scenarios and the settled truth (refresh CNMs, issue 17) -----------------------------------
+
+RP = dict(n_ports=4, n_slots=4, n_edges=2, flow_bits=6, amount_bits=6, q_bits=8, threshold=40)   # port 3: quiet
+RI = dict(n_flows=64, n_dests=2, n_paths=8, n_slots=8, time_bits=10, timeout=1000, n_ports=4)
+SETTLE = RP["n_ports"] * (RP["n_slots"] - 1)    # the datasheet's bound: events without a CNM of their own
+
+
+class Wired:
+    """flb-cnm's golden model (destination edge 1) feeding two flb-isolate golden models (sources 0 and 1)."""
+
+    def __init__(self):
+        from lbpipe.sim.flb.cnm import Cnm
+        from lbpipe.sim.flb.isolate import Isolate
+        self.cnm, self.iso = Cnm(**RP), [Isolate(**RI), Isolate(**RI)]
+
+    def q(self, port, deq, amount, flow=0, src=0):
+        o = self.cnm.process({"port": port, "deq": deq, "amount": amount, "flow": flow, "src": src})
+        if o["cnm"]:
+            self.iso[o["cnm_src"]].process_stream("upd", {"flow": o["cnm_flow"], "dest": 1, "cp": o["cnm_cp"],
+                                                         "n": o["cnm_n"], "cong": o["cnm_cong"], "now": 0})
+
+    def settle(self):
+        """Events with nothing to notify (a dequeue of 0 on the quiet port 3): the refreshes go out."""
+        for _ in range(SETTLE):
+            self.q(3, 1, 0)
+
+    def k(self, src):
+        return bin(self.iso[src].process({"flow": 63, "dest": 1, "now": 0})["mask"]).count("1")
+
+
+def test_review_stale_low_other_sources():
+    """Per port p of 0..2: source 1's flows X1..X3 join (n 1, 2, 3), then source 0's A_p (n 4); three events below K
+    release X1..X3; the port rises and source 1's Y joins. Each port's set is {A_p, Y}: source 0's share is
+    1/2 + 1/2 + 1/2 = 1.5 links, k = 2 (without refreshes source 0 keeps n 4: 3/4, k 1). Source 1: 1.5, k 2."""
+    w = Wired()
+    for p in range(3):
+        x = [10 + 4 * p + i for i in range(3)]
+        w.q(p, 0, 40, x[0], 1); w.q(p, 0, 1, x[1], 1); w.q(p, 0, 1, x[2], 1); w.q(p, 0, 1, 40 + p, 0)  # q 43
+        w.q(p, 1, 10); w.q(p, 1, 1); w.q(p, 1, 1)                   # q 33, 32, 31 < 40: X1, X2, X3 released
+        w.q(p, 0, 20, 50 + p, 1)                                    # q 51: Y joins, {A_p, Y}
+    w.settle()
+    assert (w.k(0), w.k(1)) == (2, 2)
+
+
+def test_review_stale_high_other_sources():
+    """Source 0's flows join ports 0 and 1 first (n 1 each), then three of source 1's join each (n 2, 3, 4).
+    Source 0: 1/4 + 1/4 = 0.5, k 1 (without refreshes: 1 + 1, k 2); source 1: 3/4 + 3/4 = 1.5, k 2."""
+    w = Wired()
+    for p in range(2):
+        w.q(p, 0, 40, 40 + p, 0)
+        for i in range(3):
+            w.q(p, 0, 1, 10 + 4 * p + i, 1)
+    w.settle()
+    assert (w.k(0), w.k(1)) == (1, 2)
+
+
+def test_review_stale_low_one_source():
+    """One source: ports 0 and 1 hold {A, B} and {C, D} (k 1/2 * 4 = 2); each dips below K for one event (A, C
+    released) and rises again on B's and D's enqueues (already in the sets: no CNM of their own). Each port has one
+    flow: 1 + 1 = 2, k 2 (without refreshes B and D keep n 2: k 1)."""
+    w = Wired()
+    for p in range(2):
+        w.q(p, 0, 40, 20 + 2 * p, 0); w.q(p, 0, 1, 21 + 2 * p, 0)
+    w.settle()
+    assert w.k(0) == 2
+    for p in range(2):
+        w.q(p, 1, 5)                        # q 36 < 40: the lowest slot (A, C) released
+        w.q(p, 0, 30, 21 + 2 * p, 0)        # q 66: B (D) again, in the set
+    w.settle()
+    assert w.k(0) == 2
+
+
+def settled_scenario(seed, n_events):
+    """Queue events on ports 0..2 (each of 14 flows leaves by one port, source = flow mod 2; ports fill and drain in
+    turn, amounts 0..31)."""
+    import random
+    rng = random.Random(seed)
+    port = {f: rng.randrange(3) for f in range(14)}
+    fill = [rng.random() < 0.5 for _ in range(3)]
+    ev = []
+    for _ in range(n_events):
+        if rng.random() < 0.05:
+            p = rng.randrange(3)
+            fill[p] = not fill[p]
+        f = rng.randrange(14)
+        deq = int(rng.random() < (0.35 if fill[port[f]] else 0.7))
+        ev.append((port[f], deq, rng.randrange(32), f, f % 2))
+    return ev
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_settled_k_is_the_truth(seed):
+    """After every queue event and SETTLE events with nothing to notify, each source's k is the truth: the ceiling
+    of the sum over ports of (the source's flows in the port's set) / (the set's size), from the destination's sets
+    re-derived here from the queue events alone (section 3.2: estimate clamped, an enqueue at or above K adds its
+    flow to the lowest free slot, any event below K removes the lowest slot's flow), at most n_paths - 1."""
+    from fractions import Fraction
+    w = Wired()
+    top, sets, q = 2 ** RP["q_bits"] - 1, [[None] * RP["n_slots"] for _ in range(3)], [0, 0, 0]
+    checked = changed = 0
+    for port, deq, amount, flow, src in settled_scenario(seed, 1500):
+        w.q(port, deq, amount, flow, src)
+        w.settle()
+        q[port] = max(0, min(top, q[port] - amount if deq else q[port] + amount))
+        here = sets[port]
+        if q[port] >= RP["threshold"] and not deq and flow not in [s[0] for s in here if s] and None in here:
+            here[here.index(None)] = (flow, src)
+            changed += 1
+        elif q[port] < RP["threshold"] and any(here):
+            here[next(j for j, s in enumerate(here) if s)] = None
+            changed += 1
+        for s in (0, 1):
+            share = sum((Fraction(sum(1 for x in h if x and x[1] == s), sum(1 for x in h if x)) for h in sets
+                         if any(h)), Fraction(0))
+            truth = min(RI["n_paths"] - 1, -(-share.numerator // share.denominator))
+            assert w.k(s) == truth, (checked, s, sets)
+            checked += truth > 1
+    assert changed > 120 and checked > 500, (changed, checked)
 
 
 # -- signature and parameters ------------------------------------------------------------------------------------------

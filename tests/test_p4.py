@@ -1122,10 +1122,11 @@ def _cnm_expected(name):
     return test, frames, rows
 
 
-#: flb-cnm-cases worked by hand (make_flb_cnm_tests.py's comments; 2 ports, 2 slots, top 63, K 20 then 5 then 30):
+#: flb-cnm-cases worked by hand (make_flb_cnm_tests.py's comments; 2 ports, 2 slots, top 63, K 20 then 5 then 30;
+#: tag 4 a refresh):
 #: tag -> (ok, qlen, cnm, cnm_cong, cnm_flow, cnm_src, cnm_n, cnm_cp).
 CNM_CASES = {0: (1, 10, 0, 0, 0, 0, 0, 0), 1: (1, 20, 1, 1, 1, 3, 1, 0), 2: (1, 25, 0, 0, 0, 0, 0, 0),
-             3: (1, 30, 1, 1, 2, 4, 2, 0), 4: (1, 35, 0, 0, 0, 0, 0, 0), 5: (1, 25, 0, 0, 0, 0, 0, 0),
+             3: (1, 30, 1, 1, 2, 4, 2, 0), 4: (1, 35, 1, 1, 1, 3, 2, 0), 5: (1, 25, 0, 0, 0, 0, 0, 0),
              6: (1, 63, 1, 1, 7, 1, 1, 1), 7: (1, 63, 0, 0, 0, 0, 0, 0), 8: (1, 19, 1, 0, 1, 3, 2, 0),
              9: (1, 19, 1, 0, 2, 4, 1, 0), 10: (1, 0, 0, 0, 0, 0, 0, 0), 11: (0, 0, 0, 0, 0, 0, 0, 0),
              12: (1, 5, 1, 1, 8, 2, 1, 0), 13: (1, 6, 1, 1, 9, 9, 2, 0), 14: (1, 4, 1, 0, 8, 2, 2, 0),

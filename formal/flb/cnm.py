@@ -8,15 +8,23 @@ the datasheet's "Control" says: a command is taken only with the pipeline empty,
 judged against the K in force when it leaves). For every offered result it asserts:
 
 * a CNM only for an ``ok`` event (a forged port does nothing);
-* a congestion CNM only for an enqueue whose estimate ``qlen`` is ``>= K``; a release CNM only when ``qlen < K``;
 * ``1 <= cnm_n <= n_slots`` with a CNM (a congestion counts the flow it adds, a release the set before it);
-* ``cnm_cp`` (the congestion point) is the event's port with a CNM;
   ``cnm_n``, ``cnm_flow``, ``cnm_src``, ``cnm_cp`` are 0 without one.
 
-Covers: a congestion CNM that fills the set (``cnm_n == n_slots``); a release CNM after a threshold write.
+It also keeps its own count of each port's set, from the CNMs alone (every join and every release is a CNM; a set
+full or a flow already in the set changes nothing): a congestion CNM whose ``n`` is the count plus one is a join,
+a release sets the count to ``n - 1``; reset empties them. Then:
+
+* a release CNM only when ``qlen < K``, for the event's port (``cnm_cp == port``), with ``n`` the port's count;
+* a join only for an enqueue whose estimate ``qlen`` is ``>= K``, for the event's port, flow and source;
+* every other congestion CNM is a **refresh** and carries its port's current count (``cnm_n`` = the count of
+  ``cnm_cp``'s set), on an event of any port.
+
+Covers: a congestion CNM that fills the set (``cnm_n == n_slots``); a release CNM after a threshold write; a refresh
+riding a dequeue.
 """
 
-from amaranth import Module, Signal
+from amaranth import Array, Module, Signal
 from amaranth.hdl import Assert, Cover
 
 from lbpipe.formal.lib.harness import Harness, drive_source, free
@@ -58,14 +66,27 @@ class CnmThreshold(Harness):
         v = dut.o.valid
         cnm = v & o.cnm
         cleared = (o.cnm_n == 0) & (o.cnm_flow == 0) & (o.cnm_src == 0) & (o.cnm_cp == 0) & ~o.cnm_cong
+        n_cp = 1 << len(o.cnm_cp)
+        count = Array(Signal(len(o.cnm_n), name=f"set_count{p}") for p in range(n_cp))
+        now = count[o.cnm_cp]
+        join = cnm & o.cnm_cong & (o.cnm_n == now + 1)
+        refresh = cnm & o.cnm_cong & ~(o.cnm_n == now + 1)
+        release = cnm & ~o.cnm_cong
+        with m.If(dut.o.ready & join):
+            m.d.sync += now.eq(o.cnm_n)
+        with m.If(dut.o.ready & release):
+            m.d.sync += now.eq(o.cnm_n - 1)
+        join_ok = ~o.deq & (o.qlen >= k) & (o.cnm_cp == o.port) & (o.cnm_flow == o.flow) & (o.cnm_src == o.src)
+        in_range = (o.cnm_n >= 1) & (o.cnm_n <= self._ns) & (~release | (o.cnm_n == now))
         m.d.comb += [
             Assert(~cnm | o.ok, "a CNM for a forged event"),
-            Assert(~cnm | ~o.cnm_cong | (~o.deq & (o.qlen >= k)), "a congestion CNM below K or for a dequeue"),
-            Assert(~cnm | o.cnm_cong | (o.qlen < k), "a release CNM at or above K"),
-            Assert(~cnm | ((o.cnm_n >= 1) & (o.cnm_n <= self._ns)), "a CNM's count outside 1..n_slots"),
-            Assert(~cnm | (o.cnm_cp == o.port), "a CNM's congestion point is not its port"),
+            Assert(~join | join_ok, "a congestion CNM below K or for a dequeue (a join), or for another flow or port"),
+            Assert(~release | ((o.qlen < k) & (o.cnm_cp == o.port)), "a release CNM at or above K or for another port"),
+            Assert(~refresh | (o.cnm_n == now), "a refresh CNM not at its port's current count"),
+            Assert(~cnm | in_range, "a CNM's count outside 1..n_slots (a release's: not its port's count)"),
             Assert(~v | o.cnm | cleared, "CNM fields set without a CNM"),
             Cover(cnm & o.cnm_cong & (o.cnm_n == self._ns)),
             Cover(cnm & ~o.cnm_cong & written),
+            Cover(refresh & o.deq),
         ]
         return m

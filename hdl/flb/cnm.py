@@ -8,7 +8,10 @@ flow and emits a congestion CNM (flow, source edge, ``n`` = the set's count with
 ``cp`` = the port); any event that leaves ``q < K`` while the port's set holds flows removes the lowest one and
 emits its release CNM (flag 0, ``n`` = the count before, ``cp`` = the port). So each flow gets one congestion CNM
 and one release CNM per stay in the set; the congestion point lets the source edge switch give every flow of one
-port the port's latest ``n`` (flb-isolate), so that a port's flows sum to one link's rate.
+port the port's latest ``n`` (flb-isolate), so that a port's flows sum to one link's rate. When a port's count changes
+(a join or a release) every other flow in its set owes its source a **refresh**: a congestion CNM with the port's
+current ``n`` and ``cp``; an in-range event with no CNM of its own carries the lowest debt (``port * n_slots +
+slot``, any port), so a source's ``n`` follows the port's (issue 17).
 
 Pipeline (one register stage per cycle, all moved by one ``adv``; latency 6)::
 
@@ -22,10 +25,11 @@ Choices where the paper is silent (all in the datasheet): a per-port set of ``n_
 count, a full set notifies no more (counted); only enqueues notify, once per flow per stay in the set; releases ride
 the port's events one at a time, lowest slot first (the source's timeout covers a port gone silent); ``q >= K`` is
 congested; the estimate clamps at 0 and saturates at the top (counted); forged ports are rejected (counted); K is
-``ctl`` table 0 (0 ignored), written between two events; reset empties everything and restores K.
+``ctl`` table 0 (0 ignored), written between two events; reset empties everything and restores K; refreshes
+lowest debt first, on events without a CNM of their own, not counted.
 
-Every loop is one stage wide (the q registers at A1, the set registers at A4), so back-to-back events of one port
-need no forwarding: each sees the state its predecessor left.
+Every loop is one stage wide (the q registers at A1, the set registers at A4, the refresh debts at A5), so
+back-to-back events of one port need no forwarding: each sees the state its predecessor left.
 """
 
 from amaranth import Cat, C, Module, Mux, Signal
@@ -270,6 +274,7 @@ class Cnm(wiring.Component):
         go = adv & a4["valid"]
         ns = self._ns
         founds, anyfree, anyvalid, vold, rflow, rsrc = [], [], [], [], [], []
+        self._slots, self._owed = [], []
         for p in range(self._np):
             slots = [Signal(self._slot, name=f"set{p}_{j}") for j in range(ns)]
             v = Cat(s.valid for s in slots)
@@ -277,6 +282,8 @@ class Cnm(wiring.Component):
             ff = [~slots[j].valid & v[:j].all() if j else ~slots[0].valid for j in range(ns)]
             fv = [slots[j].valid & ~v[:j].any() if j else slots[0].valid for j in range(ns)]
             sel = go & a4["ph"][p]
+            self._slots.append(slots)
+            self._owed.append(Signal(ns, name=f"owed{p}"))
             for j in range(ns):
                 with m.If(sel & a4["add"] & ~found & ff[j]):
                     m.d.sync += [slots[j].valid.eq(1), slots[j].flow.eq(it.flow), slots[j].src.eq(it.src)]
@@ -296,6 +303,44 @@ class Cnm(wiring.Component):
                          a5["vold"].eq(self._select(ph, vold)), a5["rflow"].eq(self._select(ph, rflow)),
                          a5["rsrc"].eq(self._select(ph, rsrc))]
 
+    def _refresh_read(self, m, adv, st, cong, rel):
+        """A5: the refresh debts (a bit per slot) and the refresh. An event that changes its port's set (``cong``,
+        ``rel``) replaces the port's debts with its other valid slots (``vold``: the slots before it, less the one
+        released). Otherwise it pays the lowest debt in the order ``port * n_slots + slot``, chosen per port (the
+        lowest owed slot) and across ports (the lowest port with one): its flow, source, its port's count and the
+        port, registered for A6 with ``pv`` (a debt exists, an in-range event); the debt is cleared. The debts here
+        are the previous event's (this one's change is written as it leaves: it pays nothing then); the sets hold
+        this event's result (written at A4; the next event writes them only as this one moves on)."""
+        a5, a6 = st[5], st[6]
+        ns = self._ns
+        anyp = [o.any() for o in self._owed]
+        firstp = Cat(anyp[p] & ~Cat(anyp[:p]).any() if p else anyp[0] for p in range(self._np))
+        pflow, psrc, slot1 = [], [], []
+        for p, slots in enumerate(self._slots):
+            o = self._owed[p]
+            f = Cat(o[j] & ~o[:j].any() if j else o[0] for j in range(ns))
+            slot1.append(f)
+            pflow.append(self._select(f, [x.flow for x in slots]))
+            psrc.append(self._select(f, [x.src for x in slots]))
+        pops = [sum(x.valid for x in slots) for slots in self._slots]
+        a6.update(pv=Signal(name="a6_refresh_valid"), fflow=Signal(self._fb, name="a6_refresh_flow"),
+                  fsrc=Signal(self._eb, name="a6_refresh_src"), fn=Signal(ns.bit_length(), name="a6_refresh_n"),
+                  fcp=Signal(_bits(self._np), name="a6_refresh_cp"))
+        with m.If(adv):
+            m.d.sync += [a6["pv"].eq(a5["valid"] & a5["ok"] & Cat(anyp).any()),
+                         a6["fflow"].eq(self._select(firstp, pflow)), a6["fsrc"].eq(self._select(firstp, psrc)),
+                         a6["fn"].eq(self._select(firstp, pops)),
+                         a6["fcp"].eq(self._select(firstp, [C(p, _bits(self._np)) for p in range(self._np)]))]
+        go = adv & a5["valid"] & a5["ok"]
+        vold = a5["vold"]
+        fv = Cat(vold[j] & ~vold[:j].any() if j else vold[0] for j in range(ns))
+        others = vold & ~Mux(rel, fv, 0)
+        for p in range(self._np):
+            with m.If(go & a5["ph"][p] & (cong | rel)):
+                m.d.sync += self._owed[p].eq(others)
+            with m.Elif(go & ~cong & ~rel & firstp[p]):
+                m.d.sync += self._owed[p].eq(self._owed[p] & ~slot1[p])
+
     def _cnm_stage(self, m, adv, st):
         """A5: the CNM: congestion (``add``, not found, a free slot), release (``rel``, a valid slot); ``n`` the
         set's count before, plus one for a congestion CNM; every CNM field 0 without one. The counters. Loads A6."""
@@ -313,6 +358,7 @@ class Cnm(wiring.Component):
                          a6["cflow"].eq(Mux(cong, it.flow, Mux(rel, a5["rflow"], 0))),
                          a6["csrc"].eq(Mux(cong, it.src, Mux(rel, a5["rsrc"], 0))),
                          a6["cp"].eq(Mux(a5["add"] | a5["rel"], it.port, 0))]
+        self._refresh_read(m, adv, st, cong, rel)
         go = adv & a5["valid"]
         counts = [counter32(m, "n_cong", go & cong), counter32(m, "n_release", go & rel),
                   counter32(m, "n_full", go & full), counter32(m, "n_clamped", go & a5["clamp"]),
@@ -325,7 +371,12 @@ class Cnm(wiring.Component):
         registers, so that it adds nothing to A5's CNM decision."""
         a6, o = st[6], self.o.payload
         it = a6["item"]
+        fr = Signal(name="o_refresh")
+        m.d.comb += fr.eq(a6["pv"] & ~a6["cnm"])
         m.d.comb += [self.o.valid.eq(a6["valid"]), o.port.eq(it.port), o.deq.eq(it.deq), o.flow.eq(it.flow),
                      o.src.eq(it.src), o.tag.eq(it.tag), o.ok.eq(a6["ok"]), o.qlen.eq(a6["qlen"]),
-                     o.cnm.eq(a6["cnm"]), o.cnm_cong.eq(a6["cong"]), o.cnm_flow.eq(a6["cflow"]),
-                     o.cnm_src.eq(a6["csrc"]), o.cnm_n.eq(a6["n"]), o.cnm_cp.eq(Mux(a6["cnm"], a6["cp"], 0))]
+                     o.cnm.eq(a6["cnm"] | fr), o.cnm_cong.eq(a6["cong"] | fr),
+                     o.cnm_flow.eq(Mux(a6["cnm"], a6["cflow"], Mux(fr, a6["fflow"], 0))),
+                     o.cnm_src.eq(Mux(a6["cnm"], a6["csrc"], Mux(fr, a6["fsrc"], 0))),
+                     o.cnm_n.eq(Mux(a6["cnm"], a6["n"], Mux(fr, a6["fn"], 0))),
+                     o.cnm_cp.eq(Mux(a6["cnm"], a6["cp"], Mux(fr, a6["fcp"], 0)))]

@@ -38,7 +38,7 @@ def cases():
     e(0, 0, 10, 1, 3)       # 1: q 20 = K: flow 1 takes slot 0, congestion CNM n 1
     e(0, 0, 5, 1, 3)        # 2: q 25: flow 1 already in the set
     e(0, 0, 5, 2, 4)        # 3: q 30: flow 2 takes slot 1, n 2
-    e(0, 0, 5, 3, 5)        # 4: q 35: the set full: no CNM
+    e(0, 0, 5, 3, 5)        # 4: q 35: the set full, no CNM of its own: flow 1 (owed since 3) refreshed, n 2
     e(0, 1, 10, 9, 9)       # 5: dequeue, q 25 >= K: nothing
     e(1, 0, 63, 7, 1)       # 6: port 1, q 63 (the top): flow 7, n 1
     e(1, 0, 63, 7, 1)       # 7: q clamped at 63; in the set
@@ -52,7 +52,8 @@ def cases():
     e(0, 0, 5, 8, 2)        # 12: q 5 = K: flow 8, slot 0, n 1
     e(0, 0, 1, 9, 9)        # 13: q 6: flow 9, slot 1, n 2
     e(0, 1, 2, 0, 0)        # 14: q 4: release slot 0 (flow 8), n 2
-    e(0, 0, 3, 10, 1)       # 15: q 7: flow 10 takes the lowest free slot, 0; n 2
+    e(0, 0, 3, 10, 1)       # 15: q 7: flow 10 takes the lowest free slot, 0; n 2 (flow 9, owed since 14:
+    #                         15, 16, 17 carry their own CNMs, 17 releases it: no refresh for it)
     e(0, 1, 7, 0, 0)        # 16: q 0: release slot 0 (flow 10), n 2
     e(0, 1, 0, 0, 0)        # 17: q 0: release slot 1 (flow 9), n 1
     ctl(0, 30)              # K 30
@@ -90,9 +91,9 @@ WIDE_PARAMS = dict(n_ports=32, n_slots=8, q_bits=32, amount_bits=32, threshold=1
 
 def main():
     write_cnm_test("flb-cnm-cases", CASES_PARAMS, cases(),
-                   "hand-picked: congestion CNMs (n counting the set), a full set, dequeues above K, releases in "
-                   "slot order (by a dequeue and by an enqueue), clamping at 0 and the top, a rejected port, K "
-                   "rewritten (masked, 0 ignored, another table) (make_flb_cnm_tests.py cases)")
+                   "hand-picked: congestion CNMs (n counting the set), a refresh, a full set, dequeues above K, "
+                   "releases in slot order (by a dequeue and by an enqueue), clamping at 0 and the top, a rejected "
+                   "port, K rewritten (masked, 0 ignored, another table) (make_flb_cnm_tests.py cases)")
     write_cnm_test("flb-cnm-mixed", {}, cnm_trace(3, 300), "lbpipe trace flb-cnm --seed 3 -n 300")
     write_cnm_test("flb-cnm-wide", WIDE_PARAMS, cnm_trace(6, 300, **WIDE_PARAMS),
                    "lbpipe trace flb-cnm --param n_ports=32 --param n_slots=8 --param q_bits=32 --param "

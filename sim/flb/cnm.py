@@ -11,6 +11,11 @@ CNM with ``n`` = the set's count including it (no free slot: no CNM, counted). A
 the set is not empty frees the lowest occupied slot and emits that flow's release CNM with ``n`` = the count
 before the removal. Every CNM names its congestion point ``cp``: the port.
 
+Refresh CNMs: when a port's set count changes (a join or a release), every other flow in the set owes its source a
+refresh (a congestion CNM with the port's current ``n`` and ``cp``). An in-range event whose output carries no CNM
+of its own pays the lowest owed debt in the order ``port * n_slots + slot`` (any port), with the count as the event
+leaves the sets.
+
 Also here: :func:`cnm_trace` (seeded random traces).
 """
 
@@ -43,6 +48,7 @@ class Cnm:
         self.sets = [[None] * self.n_slots for _ in range(self.n_ports)]     # slot -> (flow, src) or None
         self.k = self.threshold
         self.counts = [0] * 5
+        self.owed = [[False] * self.n_slots for _ in range(self.n_ports)]
 
     def stats(self):
         return [c % (1 << 32) for c in self.counts]
@@ -75,7 +81,9 @@ class Cnm:
         if q >= self.k and not deq:
             if all(s is None or s[0] != flow for s in slots):
                 if None in slots:
-                    slots[slots.index(None)] = (flow, src)
+                    j = slots.index(None)
+                    slots[j] = (flow, src)
+                    self._owe(port, j)
                     out.update(cnm=1, cnm_cong=1, cnm_flow=flow, cnm_src=src, cnm_n=count + 1, cnm_cp=port)
                     self.counts[0] += 1
                 else:
@@ -84,8 +92,22 @@ class Cnm:
             j = next(j for j, s in enumerate(slots) if s is not None)
             out.update(cnm=1, cnm_flow=slots[j][0], cnm_src=slots[j][1], cnm_n=count, cnm_cp=port)
             slots[j] = None
+            self._owe(port, j)
             self.counts[1] += 1
+        owed = [(p, j) for p in range(self.n_ports) for j in range(self.n_slots) if self.owed[p][j]]
+        if owed and not out["cnm"]:
+            p, j = owed[0]
+            f, s = self.sets[p][j]
+            self.owed[p][j] = False
+            out.update(cnm=1, cnm_cong=1, cnm_flow=f, cnm_src=s, cnm_cp=p,
+                       cnm_n=sum(x is not None for x in self.sets[p]))
         return out
+
+    def _owe(self, port, j):
+        """Port ``port``'s count changed by slot ``j`` (joined or left): the other flows in the set owe a refresh,
+        slot ``j`` owes none."""
+        for i, s in enumerate(self.sets[port]):
+            self.owed[port][i] = s is not None and i != j
 
     def cycles(self, result):
         return 1
