@@ -225,6 +225,13 @@ def _selb_reroute_packets(params, n=3000):
     return [e for e in reroute_trace(1, n, **params) if "item" in e]
 
 
+def _selb_reorder_items(params, n=3000):
+    """One item every clock from the block's seeded trace (a few flows rerouted now and then: early packets held,
+    tails releasing them, timeouts), back to back."""
+    from lbpipe.sim.selb.reorder import reorder_trace
+    return reorder_trace(1, n, **params)
+
+
 def _selb_cluster_sustained(params, n=6000, period=1500):
     """One lookup and one queue sample every clock (the sample and the lookup of a clock share a group), paths in
     four queue levels drifting, a tick every ``period`` clocks (above the engine's worst case at the defaults, so
@@ -292,6 +299,8 @@ BENCHES = {
                       lambda p: (p, _selb_cluster_sustained(p)))],
     "selb-reroute": [("one packet every clock, a few flows back to back, 40% congested",
                       lambda p: (p, _selb_reroute_packets(p)))],
+    "selb-reorder": [("one item every clock, a few flows rerouted, early packets held and released",
+                      lambda p: (p, _selb_reorder_items(p)))],
     "themis-d": [
         ("back-to-back data", lambda p: (p, _themis_d_data(p))),
         ("closed loop, N=8, 2% loss", lambda p: _themis_d_network(p, 8)),

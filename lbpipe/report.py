@@ -50,6 +50,9 @@ SCALE = {
     "flb-isolate": ({"n_flows": lambda n: n}, SIZES),
     # The flow table's range stops at 4,096 flows (n_flows' check): three points up to it.
     "selb-reroute": ({"n_flows": lambda n: n}, (1024, 2048, 4096)),
+    # The reorder buffers are the scarce resource (ConWeave: 8 a port): 4, 8, 16 buffers of depth 32, one per 256
+    # flows of the flow table (1K to 4K flows, the table's range).
+    "selb-reorder": ({"n_flows": lambda n: n, "n_buffers": lambda n: n // 256}, (1024, 2048, 4096)),
 }
 
 

@@ -41,6 +41,7 @@ DATASHEET_LATENCY = {
     "flb-isolate": 6,       # docs/flb_isolate.md: "6 cycles"
     "selb-cluster": 3,      # docs/selb_cluster.md: "3 cycles"
     "selb-reroute": 5,      # docs/selb_reroute.md: "5 cycles"
+    "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -64,6 +65,7 @@ DATASHEET_LEVELS = {
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
     "selb-reroute": 5,      # docs/selb_reroute.md: 5, core and top
+    "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
 }
 
 

@@ -1,6 +1,6 @@
 """Registry entries of SELB (paper 004; datasheets docs/selb_cluster.md, docs/selb_reroute.md): the source ToR's
-queue sampling and k-means path clustering engine (section III, Algorithm 1) and its per-flow rerouting stage. The
-destination's reordering is a later block."""
+queue sampling and k-means path clustering engine (section III, Algorithm 1) and its per-flow rerouting stage; the
+destination ToR's reordering (docs/selb_reorder.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -100,4 +100,50 @@ BLOCKS.append(Block(
     doc="docs/selb_reroute.md",
     paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
     report_extra=_reroute_extra,
+))
+
+# -- destination reordering (selb-reorder) ----------------------------------------------------------------------------
+
+
+def _reorder_extra(params, component):
+    nb, d = params["n_buffers"], params["depth"]
+    return {
+        "Latency": f"{component.latency} cycles for a passing item, one item per clock when no buffer is touched "
+                   f"(an item waits 1 clock behind one that opens or frees a buffer or appends to its flow's); a "
+                   f"drain holds the input for 2 + (items held) clocks, at most {2 + d} a buffer",
+        "Memory": f"flow table {params['n_flows']} x 2 bit; buffers {nb} x {d} x 17 bit (tag, tail) = "
+                  f"{component.memory_bits} bits in all",
+        "Paper": "SELB gives no hardware figures (NS-3 evaluation only); ConWeave's experiment: 8 buffers a port",
+    }
+
+
+BLOCKS.append(Block(
+    name="selb-reorder",
+    summary="SELB destination ToR: in-network reordering after a reroute (ConWeave's method): early packets of the "
+            "new path held in one of n_buffers reorder buffers until the old path's tail or a timeout, then "
+            "released in order; fallback when none is free. Output in release order (as many items as in)",
+    paper_ref="SELB, section III (Packet Reordering), after ConWeave",
+    params=[
+        Param("n_flows", 1024, "flow table entries (flow index from the parser layer), a power of two, 2 to 4096"),
+        Param("n_buffers", 8, "reorder buffers, 1 to 16 (8 a port in the paper's experiment)"),
+        Param("depth", 32, "items a buffer holds, a power of two from 2 to 256"),
+        Param("time_bits", 16, "width of now and of a buffer's start time, 4 to 32"),
+        Param("timeout", 1024, "ticks after which a held buffer drains without its tail, a power of two"),
+    ],
+    build=load("lbpipe.hdl.selb.reorder:Reorder"),
+    golden=load("lbpipe.sim.selb.reorder:Reorder"),
+    test_params=[
+        dict(n_flows=8, n_buffers=2, depth=4, time_bits=6, timeout=16),
+        dict(n_flows=16, n_buffers=3, depth=2, time_bits=4, timeout=8),
+        dict(n_flows=4, n_buffers=1, depth=8, time_bits=8, timeout=64),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_flows=1 << rng.randrange(1, 8), n_buffers=rng.randrange(1, 9), depth=1 << rng.randrange(1, 6),
+        time_bits=tb, timeout=1 << rng.randrange(2, tb)))(rng.randrange(4, 12)),
+    tb_module="lbpipe.tb.selb.test_reorder",
+    trace="lbpipe.sim.selb.reorder:reorder_trace",
+    doc="docs/selb_reorder.md",
+    paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
+    report_extra=_reorder_extra,
 ))
