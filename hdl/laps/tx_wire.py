@@ -50,7 +50,7 @@ __all__ = ["LapsTxWire", "N_STATS", "TABLE_PST", "TABLE_PIT", "TABLE_SOFTMAX", "
 
 #: Control map: the high nibble of the table picks the stage, the low nibble is the stage's own table.
 TABLE_PST, TABLE_PIT, TABLE_SOFTMAX, TABLE_CLOCK = 0, 16, 32, 48
-#: Counters: PST (6), PIT (4), LAPS editor (7), the pipeline's own (4), then the probe generator's (1: probe frames sent).
+#: Counters: PST (6), PIT (4), LAPS editor (7), the pipeline's own (4), then the probe generator's (1: probes sent).
 N_OWN = 4
 N_STATS = 6 + 4 + N_EDITOR + N_OWN + N_PROBE
 TIME_BITS = 48
