@@ -163,18 +163,27 @@ class ProbeGen(wiring.Component):
         # stage 2: the first shift (offset bits 0-1), the head mask, the probe's length, TL' (IPv4: the IP
         # header and the UDP length; IPv6: the UDP length), ~HC + ~TL
         t1 = reg("t1", t0 << (head[0:2] * 8), 8 * _BYTES)
-        reg("headmask", Cat(*[Const(p, 8) < head for p in range(_BYTES)]), _BYTES)
+        # the head mask's parts (byte p < head, as the byte mask below), combined at stage 3
+        groups = _BYTES // 8
+        h_lt = reg("h_lt", Cat(*[Const(g, 5) < head[3:8] for g in range(groups)]), groups)
+        h_eq = reg("h_eq", Cat(*[Const(g, 5) == head[3:8] for g in range(groups)]), groups)
+        hb_lt = reg("hb_lt", Cat(*[Const(b, 3) < head[0:3] for b in range(8)]), 8)
         plen = reg("plen", l4 + u, 8)
         tl_new = reg("tl_new", Mux(v6, u, d + u), 16)
         s1 = reg("s1", ~hc + ~tl, 17)
-        # stage 3: offset bits 2-3; the byte mask of the probe; the end-around carry
+        # stage 3: offset bits 2-3; the byte mask's parts (byte p < plen: p's 8-byte group below plen's, or the same
+        # group and p's byte in it below plen's); the end-around carry
         t2 = reg("t2", t1 << (head[2:4] * 32), 8 * _BYTES)
-        reg("keep", Cat(*[Const(p, 8) < plen for p in range(_BYTES)]), _BYTES)
+        reg("headmask", Cat(*[h_lt[p // 8] | (h_eq[p // 8] & hb_lt[p % 8]) for p in range(_BYTES)]), _BYTES)
+        g_lt = reg("g_lt", Cat(*[Const(g, 5) < plen[3:8] for g in range(groups)]), groups)
+        g_eq = reg("g_eq", Cat(*[Const(g, 5) == plen[3:8] for g in range(groups)]), groups)
+        b_lt = reg("b_lt", Cat(*[Const(b, 3) < plen[0:3] for b in range(8)]), 8)
         reg("two", plen > 64, 1)
         f1 = reg("f1", s1[:16] + s1[16], 16)
-        # stage 4: offset bits 4-5; + TL'
+        # stage 4: offset bits 4-5; + TL'; the byte mask (one LUT per byte from stage 3's parts)
         t3 = reg("t3", t2 << (head[4:6] * 128), 8 * _BYTES)
         s2 = reg("s2", f1 + tl_new, 17)
+        reg("keep", Cat(*[g_lt[p // 8] | (g_eq[p // 8] & b_lt[p % 8]) for p in range(_BYTES)]), _BYTES)
         # stage 5: offset bit 6; the end-around carry and the complement
         reg("t4", t3 << (head[6] * 512), 8 * _BYTES)
         reg("hc_new", ~(s2[:16] + s2[16]), 16)

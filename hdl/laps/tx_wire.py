@@ -222,11 +222,17 @@ class LapsTxWire(wiring.Component):
 
     def _ingress(self, m, parser, now):
         """Timestamps each frame as its first beat is accepted: the clock's value into the time FIFO (which holds
-        ``s_axis`` while it is full). Registers whether the next beat starts a frame; returns the FIFO."""
+        ``s_axis`` while it is nearly full). Registers whether the next beat starts a frame; returns the FIFO.
+
+        The room is registered: at most ``TIME_DEPTH - 3`` held a clock before, so after one write now the FIFO holds
+        at most ``TIME_DEPTH - 2`` and its storage behind the output register is never full (its ready is then high
+        without looking at it). The FIFO's own ready follows its read in the same clock, and through it the read
+        side's handshake reached the write enable and the level counter (7 levels)."""
         m.submodules.stamps = stamps = StreamFIFO(shape=TIME_BITS, depth=self.TIME_DEPTH)
         s, p = self.s_axis, parser.s_axis
         first = Signal(init=1, name="ingress_first")
-        room = stamps.i.ready
+        room = Signal(init=1, name="ingress_room")
+        m.d.sync += room.eq(stamps.level < self.TIME_DEPTH - 2)
         m.d.comb += [
             p.tvalid.eq(s.tvalid & room), p.tdata.eq(s.tdata), p.tkeep.eq(s.tkeep), p.tlast.eq(s.tlast),
             p.tuser.eq(s.tuser), s.tready.eq(p.tready & room),
