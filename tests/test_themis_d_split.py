@@ -31,6 +31,13 @@ def _rtl(params, events, **kwargs):
     return run_rtl(SPLIT_BLOCK, params, events, testcase="split_trace", **kwargs)
 
 
+def test_the_registry_stays_the_shipped_one():
+    """Importing the testbench (done above) does not add the block to the registry in this process: the registry's
+    own checks (pins, sweeps, completeness) run in whatever worker imported it."""
+    from lbpipe.blocks import BLOCKS
+    assert SPLIT_BLOCK.name not in BLOCKS
+
+
 def test_signature_and_parameters():
     dut = ThemisDSplit(n_qps=10, queue_depth=7, n_paths=3, entry_bits=5)
     dut._MustUse__silence = True
