@@ -1,11 +1,12 @@
 """Proofs of the packet I/O stages: the parser's frame contract and that it reads nothing past a frame's end
-(:mod:`.parser`). The CRC primitive's
+(:mod:`.parser`); the deparser's checksum adder and what its rewrite changes (:mod:`.deparser`). The CRC primitive's
 proofs are :mod:`lbpipe.formal.lib.crc` (block ``lib-crc``)."""
 
 from lbpipe.hdl.packet.parser import Parser
 
 from lbpipe.formal.lib.harness import Proof
 
+from .deparser import DeparserRewrite, OnesComplementAdd
 from .parser import ParserFrames, ParserPastLast
 
 __all__ = ["PROOFS"]
@@ -26,3 +27,27 @@ PROOFS = [
           lambda: ParserPastLast(_parser, one_beat=True), depth=9, deep=True, timeout=600),
     Proof("parser", _FRAMES, lambda: ParserFrames(_parser), depth=10, deep=True, timeout=600),
 ]
+
+
+def _deparser():
+    from lbpipe.hdl.packet.deparser import Deparser
+    return Deparser(depth=4, pending=2)
+
+
+# The deparser: its checksum adder (every sum of the UDP checksum update is one) for any two words, combinational.
+# The whole deparser at its smallest instance (depth 4, pending 2, store-and-forward): a frame taken at step 1 can
+# leave at step 31 (tail FIFO 2, join 18, edit FIFO 2, output 8), so its row is deep (243 s). The frame
+# contract on the same instance (depth 34) had reached only step 22 to 27 after 6 to 10 minutes: not a row.
+DEPARSER_REWRITE_DEPTH = 32
+PROOFS += [
+    Proof("deparser", "ones'-complement adder of the UDP checksum update = RFC 1071 end-around carry",
+          OnesComplementAdd, depth=1),
+    Proof("deparser", "a rewrite changes only the port (old ^ sport_xor), checksum and ICRC; a refused one nothing "
+                      "(one-beat frames)",
+          lambda: DeparserRewrite(_deparser), depth=DEPARSER_REWRITE_DEPTH, deep=True, timeout=600),
+]
+
+# The QP classifier's rows (standard metadata rows and its lookup property) are kept beside its harness.
+from .qp_classifier import PROOFS as _QP_CLASSIFIER_PROOFS  # noqa: E402
+
+PROOFS += _QP_CLASSIFIER_PROOFS
