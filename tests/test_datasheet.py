@@ -47,7 +47,7 @@ DATASHEET_LATENCY = {
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
 DATASHEET_LEVELS = {
     "themis-s": 4, "themis-d": 6, "qp-classifier": 5, "parser": 5, "deparser": 6, "compensator": 4,
-    "laps-editor": 6, "themis-s-wire": 6, "themis-d-wire": 6,
+    "laps-editor": 5, "themis-s-wire": 6, "themis-d-wire": 6,
     "laps-pst": 4, "laps-pit": 6, "laps-softmax": 4,
     "laps-aimd": 6,
     "laps-pacer": 6,

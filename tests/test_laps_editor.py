@@ -395,3 +395,26 @@ def test_cli_replay_rejects_bad_actions(tmp_path, capsys):
     assert "1 actions for 2 frames" in capsys.readouterr().err
     assert main([*base, "--actions", str(tmp_path / "wide.jsonl")]) == 2
     assert "wide.jsonl:2: field op=9 does not fit" in capsys.readouterr().err
+
+
+def test_byte_count_of_every_contiguous_keep():
+    """The byte count the RTL puts beside each beat (``_ones``, no adder) equals the number of kept lanes for every
+    contiguous ``tkeep`` of a 512-bit beat, 0 to 64 lanes (the interface's only shapes), evaluated in simulation."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+    from lbpipe.hdl.packet.laps_editor import _ones
+
+    m = Module()
+    keep, count = Signal(64), Signal(7)
+    m.d.comb += count.eq(_ones(keep))
+    seen = []
+
+    async def bench(ctx):
+        for lanes in range(65):
+            ctx.set(keep, (1 << lanes) - 1)
+            seen.append(ctx.get(count))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == list(range(65))

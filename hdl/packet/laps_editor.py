@@ -160,12 +160,17 @@ def _be_bytes(field, size):
 
 
 def _ones(keep):
-    """Bytes a contiguous ``tkeep`` (lanes 0 to c-1) holds, c in 0 to 64: c is t where lane t-1 is kept and lane t
-    is not, so each bit of c is an OR of such pairs (no adder)."""
+    """Bytes a contiguous ``tkeep`` (lanes 0 to c-1) holds, c in 0 to 64, with no adder: bit k of c is set when c
+    lies in one of the runs ``[j * 2**k, (j + 1) * 2**k)``, j odd, and c lies in such a run when lane ``j * 2**k - 1``
+    is kept and lane ``(j + 1) * 2**k - 1`` is not (or lies past the beat). So bit k is an OR of ``n / 2**(k + 1)``
+    pairs of lanes: 32 pairs for bit 0, one lane for bit 6 (a pair per value of c for every bit gave synthesis
+    64-input ORs to chain: 7 logic levels in ``laps-tx-wire``)."""
     n = len(keep)
     bits = []
     for k in range((n).bit_length()):
-        terms = [keep[t - 1] & (~keep[t] if t < n else 1) for t in range(1, n + 1) if t >> k & 1]
+        run = 1 << k
+        terms = [keep[lo - 1] & (~keep[lo + run - 1] if lo + run - 1 < n else 1)
+                 for lo in range(run, n + 1, 2 * run)]
         bits.append(Cat(*terms).any() if terms else Const(0, 1))
     return Cat(*bits)
 
