@@ -58,7 +58,7 @@ DATASHEET_LEVELS = {
     "pro-tx-wire": 6,
     "pro-rx-wire": 6,
     "laps-rx-wire": 6,
-    "laps-tx-wire": 7,      # docs/laps_tx_wire.md: 7 core (over the budget: the time FIFO's level counter)
+    "laps-tx-wire": 6,      # docs/laps_tx_wire.md: 6 core (stamps written from registers, a command register per stage)
     "flb-route": 6,         # docs/flb_route.md: 6, core and top
     "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
     "flb-cnm": 6,           # docs/flb_cnm.md: 6, core and top

@@ -221,22 +221,31 @@ class LapsTxWire(wiring.Component):
         return Cat(lo, hi)
 
     def _ingress(self, m, parser, now):
-        """Timestamps each frame as its first beat is accepted: the clock's value into the time FIFO (which holds
-        ``s_axis`` while it is nearly full). Registers whether the next beat starts a frame; returns the FIFO.
+        """Timestamps each frame as its first beat is accepted: the clock's value at that beat, registered with the
+        acceptance, goes into the time FIFO a clock later (the FIFO holds ``s_axis`` while it is nearly full).
+        Registers whether the next beat starts a frame; returns the FIFO.
 
-        The room is registered: at most ``TIME_DEPTH - 3`` held a clock before, so after one write now the FIFO holds
-        at most ``TIME_DEPTH - 2`` and its storage behind the output register is never full (its ready is then high
-        without looking at it). The FIFO's own ready follows its read in the same clock, and through it the read
-        side's handshake reached the write enable and the level counter (7 levels)."""
+        Why a clock later: ``s_axis.tready`` is the parser's, which follows its ``meta.ready``, which waits for the
+        FIFO's output; a write enable built from it put the FIFO's read side, the parser's ready and the FIFO's
+        level counter on one path (7 levels). Written from registers, the FIFO sees its write a clock late, and the
+        stamp is still offered long before its frame's item (two clocks after the write; the item follows the
+        frame's last beat by the parser's latency, 7).
+
+        The room is registered and counts the stamp in the register: at most ``TIME_DEPTH - 4`` held two clocks
+        before a write, and at most two writes since, so the FIFO holds at most ``TIME_DEPTH - 2`` before the write
+        and its storage behind the output register is never full (its ready is then high without looking at it)."""
         m.submodules.stamps = stamps = StreamFIFO(shape=TIME_BITS, depth=self.TIME_DEPTH)
         s, p = self.s_axis, parser.s_axis
         first = Signal(init=1, name="ingress_first")
         room = Signal(init=1, name="ingress_room")
-        m.d.sync += room.eq(stamps.level < self.TIME_DEPTH - 2)
+        stamp = Signal(TIME_BITS, name="ingress_stamp", reset_less=True)
+        stamp_valid = Signal(name="ingress_stamp_valid")
+        m.d.sync += [room.eq(stamps.level < self.TIME_DEPTH - 3),
+                     stamp.eq(now), stamp_valid.eq(s.tvalid & s.tready & first)]
         m.d.comb += [
             p.tvalid.eq(s.tvalid & room), p.tdata.eq(s.tdata), p.tkeep.eq(s.tkeep), p.tlast.eq(s.tlast),
             p.tuser.eq(s.tuser), s.tready.eq(p.tready & room),
-            stamps.i.payload.eq(now), stamps.i.valid.eq(s.tvalid & p.tready & room & first),
+            stamps.i.payload.eq(stamp), stamps.i.valid.eq(stamp_valid),
         ]
         with m.If(s.tvalid & s.tready):
             m.d.sync += first.eq(s.tlast)
@@ -350,26 +359,37 @@ class LapsTxWire(wiring.Component):
     def _control(self, m, pst, pit, softmax):
         """Route a command by its table's high nibble (0 PST, 1 PIT, 2 softmax, 3 the clock; others taken and
         ignored), each registered with a valid flip-flop per stage before it is offered, so ``ctl.ready`` and
-        each stage's ``ctl.valid`` are flip-flops. Returns the clock's set strobes (registered) and the value."""
-        cmd = Signal.like(self.ctl.payload, reset_less=True)
+        each stage's ``ctl.valid`` are flip-flops. Returns the clock's set strobes (registered) and the value.
+
+        Each stage (and the clock) has a command register of its own, loaded only with the commands routed to it:
+        with one register shared, synthesis shared the stages' index decodes too and chained them (7 levels from
+        the register to the softmax's configuration strobes and the PST's command register)."""
         c = self.ctl.payload
-        to = [Signal(name=f"ctl_to_{n}") for n in ("pst", "pit", "softmax")]
+        names = ("pst", "pit", "softmax")
+        cmds = [Signal.like(c, reset_less=True, name=f"ctl_cmd_{n}") for n in names]
+        value = Signal.like(c.data, reset_less=True, name="ctl_clock_value")
+        to = [Signal(name=f"ctl_to_{n}") for n in names]
         set_time, set_tick = Signal(name="set_time"), Signal(name="set_tick")
         busy = Cat(*to).any()
         m.d.comb += self.ctl.ready.eq(~busy)
-        for stage, flag in zip((pst, pit, softmax), to):
+        for stage, flag, cmd in zip((pst, pit, softmax), to, cmds):
             m.d.comb += [stage.ctl.payload.eq(cmd), stage.ctl.payload.table.eq(cmd.table[:4]),
                          stage.ctl.valid.eq(flag)]
         m.d.sync += [set_time.eq(0), set_tick.eq(0)]
         with m.If(~busy):
-            m.d.sync += cmd.eq(c)
-            m.d.sync += [flag.eq(self.ctl.valid & (c.table[4:] == n)) for n, flag in enumerate(to)]
+            for n, (flag, cmd) in enumerate(zip(to, cmds)):
+                ours = self.ctl.valid & (c.table[4:] == n)
+                m.d.sync += flag.eq(ours)
+                with m.If(ours):
+                    m.d.sync += cmd.eq(c)
             clock = self.ctl.valid & (c.table == TABLE_CLOCK)
+            with m.If(clock):
+                m.d.sync += value.eq(c.data)
             m.d.sync += [set_time.eq(clock & (c.index == 0)), set_tick.eq(clock & (c.index == 1))]
         for stage, flag in zip((pst, pit, softmax), to):
             with m.If(flag & stage.ctl.ready):
                 m.d.sync += flag.eq(0)
-        return set_time, set_tick, cmd.data
+        return set_time, set_tick, value
 
 
 def _or_all(values):
