@@ -10,7 +10,6 @@ counterexample's VCD must exist. The fast proofs run by default (about a minute 
 
 import os
 import pathlib
-import re
 import zlib
 
 import pytest
@@ -27,30 +26,13 @@ from lbpipe.hdl.lib.ring import ring_drop, ring_push, wrap_inc
 from lbpipe.hdl.themis.themis_s import ThemisS
 from lbpipe.prove import run_proof, select
 
+from formal_checks import expect_fail as _expect_fail, failed_asserts as _failed_asserts
+
 FULL = os.environ.get("LBPIPE_FULL") == "1"
 
 
 def _themis_s():
     return ThemisS(n_paths=3, mode="sport", hash_bits=4)
-
-
-def _failed_asserts(result):
-    """Source lines of the assertions the solver's log says failed."""
-    text = pathlib.Path(result.log).read_text()
-    lines = []
-    for path, line in re.findall(r"Assert failed in \S+: (\S+?\.py):(\d+)", text):
-        lines.append(pathlib.Path(path).read_text().splitlines()[int(line) - 1])
-    return lines
-
-
-def _expect_fail(tmp_path, harness, reason, *, method="bmc", depth=16):
-    proof = Proof("broken", "planted fault", lambda: harness, method=method, depth=depth, cover=False)
-    result = run_proof(proof, outdir=tmp_path, harness=harness)
-    assert result.result == "FAIL", f"the prover missed the planted fault ({result.result})"
-    assert result.vcd and pathlib.Path(result.vcd).exists(), "no counterexample VCD"
-    failed = _failed_asserts(result)
-    reasons = (reason,) if isinstance(reason, str) else reason
-    assert any(r in line for line in failed for r in reasons), f"failed for another reason: {failed}"
 
 
 def _expect_pass(tmp_path, proof):

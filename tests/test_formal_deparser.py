@@ -6,32 +6,13 @@ The whole-deparser row needs about 31 cycles before a frame can leave (the join 
 deep row and its planted faults run in the regression profile only (about 1 to 3 minutes each).
 """
 
-import pathlib
-import re
-
 import pytest
-from amaranth import C, Module, Signal
+from amaranth import Module, Signal
 from amaranth.lib import wiring
 
-from lbpipe.formal.lib.harness import Proof
 from lbpipe.prove import run_proof, select
 
-
-def _failed_asserts(result):
-    """Source lines of the assertions the solver's log says failed."""
-    text = pathlib.Path(result.log).read_text()
-    return [pathlib.Path(path).read_text().splitlines()[int(line) - 1]
-            for path, line in re.findall(r"Assert failed in \S+: (\S+?\.py):(\d+)", text)]
-
-
-def _expect_fail(tmp_path, harness, reason, *, depth):
-    proof = Proof("broken", "planted fault", lambda: harness, depth=depth, cover=False)
-    result = run_proof(proof, outdir=tmp_path, harness=harness)
-    assert result.result == "FAIL", f"the prover missed the planted fault ({result.result})"
-    assert result.vcd and pathlib.Path(result.vcd).exists(), "no counterexample VCD"
-    failed = _failed_asserts(result)
-    reasons = (reason,) if isinstance(reason, str) else reason
-    assert any(r in line for line in failed for r in reasons), f"failed for another reason: {failed}"
+from formal_checks import expect_fail as _expect_fail
 
 
 # The deep row runs in tests/test_formal.py::test_every_proof_passes (regression profile), with every other row.
