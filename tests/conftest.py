@@ -1,14 +1,27 @@
-"""pytest configuration: the long randomized regressions run only with LBPIPE_FULL=1 or ``-m regression``."""
+"""pytest configuration: the test profiles.
+
+* default: everything but the two groups below;
+* ``LBPIPE_FULL=1`` (or ``-m regression``): also the long randomized regressions, the deep proofs and the
+  synthesis checks of the smaller blocks (CI's profile, which must finish within 90 minutes);
+* ``LBPIPE_SYNTH=1`` (or ``-m synthesis``): also the synthesis checks of the large pipelines, each several minutes
+  to a quarter of an hour of Yosys on one core. ``lbpipe synth`` (``./run main``) synthesizes the same designs and
+  exits non-zero when one is over the logic-level budget.
+"""
 
 import os
 
 import pytest
 
+_PROFILES = (("regression", "LBPIPE_FULL", "long regression: set LBPIPE_FULL=1 or run with -m regression"),
+             ("synthesis", "LBPIPE_SYNTH", "long synthesis: set LBPIPE_SYNTH=1 or run with -m synthesis"))
+
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("LBPIPE_FULL") == "1" or "regression" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="long regression: set LBPIPE_FULL=1 or run with -m regression")
-    for item in items:
-        if "regression" in item.keywords:
-            item.add_marker(skip)
+    chosen = config.getoption("-m") or ""
+    for marker, variable, reason in _PROFILES:
+        if os.environ.get(variable) == "1" or marker in chosen:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -62,9 +62,9 @@ class Block:
     test_params: List[Dict[str, Any]] = field(default_factory=list)
     #: ``f(random.Random) -> params`` for the long random regression.
     random_params: Optional[Callable] = None
-    #: Items per trace of the long random regression (20 seeds): the default suits the small blocks; a block whose
-    #: simulation is slow (wide memories written through ``ctl`` first) takes fewer, so the full profile stays
-    #: within CI's time.
+    #: Items per trace of the long random regression (12 seeds, tests/test_blocks.py): the default suits the small
+    #: blocks; a block whose simulation is slow (wide memories written through ``ctl`` first) takes fewer, so the
+    #: full profile stays within CI's time.
     regression_items: int = 4000
     report_extra: Optional[Callable] = None
     synth_nolutram: bool = False
