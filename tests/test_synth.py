@@ -339,13 +339,13 @@ def _and_tree():
 _LUT_CHAIN = 5
 
 
-def _lut_chain():
+def _lut_chain(length=_LUT_CHAIN):
     # Instantiated LUT6 primitives pass through synthesis untouched, so the depth is the chain length.
     m = Module()
     x, rx, y = Signal(6, name="x"), Signal(6, name="rx"), Signal(name="y")
     m.d.sync += rx.eq(x)
     prev = rx[0]
-    for i in range(_LUT_CHAIN):
+    for i in range(length):
         out = Signal(name=f"lut{i}_o")
         # INIT is 6-input parity, so no input is constant-folded away.
         m.submodules[f"lut{i}"] = Instance("LUT6", p_INIT=0x6996966996696996, o_O=out,
@@ -592,3 +592,25 @@ def test_deep_stream_fifo_block_ram_read_is_registered(tmp_path):
     # 256 x 36 bits of storage behind the output register: one RAMB18 (512 x 36).
     assert r["ramb18"] + 2 * r["ramb36"] >= 1
     assert r["unregistered_ram"] == {"ports": [], "memories": {}, "paths": 0, "levels": 0}
+
+
+@pytest.mark.parametrize("length, status", [(6, 0), (7, 3)])
+def test_synth_command_exits_3_over_six_levels(tmp_path, monkeypatch, capsys, length, status):
+    # The project's budget is 6 logic levels on every path (README, docs/architecture.md). The block's synthesis is
+    # replaced by a chain of `length` instantiated LUT6 (that many levels, whatever the mapper does); every report
+    # is still written, and each design over the budget gets one line on stderr, and the exit status is 3 (1 is
+    # a failure, 2 bad input).
+    import lbpipe.cli as cli
+
+    def chain(blocks, all_params, out, **kwargs):
+        design, ports = _lut_chain(length)
+        report = synthesize(design, name="chain", ports=ports, workdir=out / "chain")
+        report.update(block=blocks[0].name, params=all_params[0], extra={})
+        return [report]
+    monkeypatch.setattr(cli, "_synth_blocks", chain)
+    assert cli.main(["synth", "themis-s", "-o", str(tmp_path)]) == status
+    assert (tmp_path / "synth.json").exists() and (tmp_path / "synth.md").exists()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lbpipe synth:")]
+    assert len(err) == (1 if status else 0)
+    if status:
+        assert "themis-s (core): 7 logic levels, over the budget of 6" in err[0]
