@@ -588,7 +588,8 @@ def crc16(data):
 def flb_edge_params(params):
     """The ``flb-route`` parameters with their defaults, checked against what p4/flb_edge.p4 models; raises
     ValueError with one line for the others."""
-    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16, "timeout": 4096}
+    full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16, "timeout": 4096,
+            "margin": 0}
     if params.get("upd"):
         raise ValueError("flb_edge.p4 models flb-route without its upd stream (upd=false): delays and isolated sets "
                          "come as control commands")
@@ -603,6 +604,9 @@ def flb_edge_params(params):
             full["n_paths"] > FLB_MAX_PATHS or full["n_dests"] > FLB_MAX_DESTS:
         raise ValueError(f"flb_edge.p4 models n_flows 65536 (CRC16), 16-bit ticks and delays, n_paths <= "
                          f"{FLB_MAX_PATHS} and n_dests <= {FLB_MAX_DESTS}")
+    if full["margin"] != 0:
+        raise ValueError("flb_edge.p4 models flb-route's window with margin 0 (a move when the delay difference is "
+                         "at most gap - 1)")
     return full
 
 

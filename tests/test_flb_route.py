@@ -1,6 +1,7 @@
 """FLB per-packet path decision (flb-route): signature and parameters, a hand-worked sequence of Algorithm 1 (new
 flow, strict window, back-to-back packets of one flow at distances 1 to 3, isolation, every path isolated, timeout,
-time wraparound, out-of-range items and commands) on the golden model and on the RTL, the RTL against an
+time wraparound, out-of-range items and commands) on the golden model and on the RTL, the window's ``margin``
+worked by hand at 0, 1 and 2 ticks (the boundary difference gap - 1, short gaps, an isolated path), the RTL against an
 independent re-derivation of Algorithm 1 written here (with idle input and back-pressure), control commands racing
 back-to-back lookups, one packet per clock measured, and the multi-bank build (16,384 flows: 8 stamp banks, 2 path
 banks) on flows that share their low address bits.
@@ -40,15 +41,15 @@ def _iso(dest, mask):
 
 # -- the independent re-derivation -------------------------------------------------------------------------------------
 
-def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout, upd=False):
+def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout, margin=0, upd=False):
     """Algorithm 1 per packet, from the paper: paths ranked by (delay, index); a new or expired flow takes the first
     ranked path not isolated; an existing flow walks the ranking from the fastest and takes the first path whose
-    delay is below its own by less than the gap (an isolated current path: the first ranked path whose delay is
-    below its own by less than the gap, or above it, else the new-flow choice). Every path
-    isolated: isolation ignored. Out-of-range items: (path 0, not new, not rerouted, not ok). ``upd`` events (the
-    datasheet's rule: a packet taken in the same clock as an update or later sees it; the trace puts an update
-    offered with a packet before it, so trace order) write a delay or a mask; out of range: nothing. Returns
-    ``[(path, new, rerouted, ok)]``."""
+    delay is below its own by less than the gap less ``margin`` (the datasheet's narrowed window; 0: the paper's)
+    (an isolated current path: the first ranked path whose delay is below its own by less than the gap less
+    ``margin``, or above it, else the new-flow choice). Every path isolated: isolation ignored. Out-of-range
+    items: (path 0, not new, not rerouted, not ok). ``upd`` events (the datasheet's rule: a packet taken in the
+    same clock as an update or later sees it; the trace puts an update offered with a packet before it, so trace
+    order) write a delay or a mask; out of range: nothing. Returns ``[(path, new, rerouted, ok)]``."""
     delays = {}
     iso = {}
     last = {}
@@ -81,9 +82,10 @@ def algorithm1(events, *, n_flows, n_dests, n_paths, time_bits, delay_bits, time
             gap = (now - last[f][0]) % 2 ** time_bits
             cur = last[f][1]
             if cur not in allowed:
-                path = next((q for q in allowed if delay[cur] - delay[q] < gap), allowed[0])
+                path = next((q for q in allowed if delay[q] > delay[cur] or delay[q] + gap - margin > delay[cur]),
+                            allowed[0])
             else:
-                path = next((q for q in allowed if delay[cur] - gap < delay[q] < delay[cur]), cur)
+                path = next((q for q in allowed if delay[cur] - gap + margin < delay[q] < delay[cur]), cur)
             res = (path, 0, int(path != cur), 1)
         else:
             path = allowed[0]
@@ -174,6 +176,57 @@ def test_rtl_hand_worked():
     assert out[16]["dest"] == 3 and out[16]["flow"] == 9 and out[15]["now"] == 8 and out[15]["flow"] == 9
 
 
+# -- the window's margin -----------------------------------------------------------------------------------------------
+
+def margin_hand_worked(margin):
+    """Events and expected (path, new, rerouted, ok) for ``margin`` 0, 1 or 2, worked by hand from the datasheet's
+    rule: a move needs ``delay(p) - delay(q) <= gap - 1 - margin`` (off an isolated path, also any slower ``q``).
+    P: 4 paths, timeout 40. Each case has a flow of its own, made new on path 2 first."""
+    ev = [_delay(1, p, v) for p, v in enumerate([10, 5, 1, 20])]
+    ev += [_delay(2, p, v) for p, v in enumerate([8, 20, 3, 12])]
+    want = []
+    # flows 1 to 6 to destination 1, 7 and 8 to destination 2, all new at tick 0: the fastest is path 2 (1, 3)
+    ev += [_pkt(f, 1 if f <= 6 else 2, 0, f) for f in range(1, 9)]; want += [(2, 1, 0, 1)] * 8
+    # destination 1: [10, 5, 30, 20], differences from path 2: path 0 by 20, path 1 by 25, path 3 by 10
+    # destination 2: [8, 21, 20, 12], path 2 isolated: from path 2, path 0 by 12, path 1 by -1, path 3 by 8
+    ev += [_delay(1, 2, 30), _delay(2, 2, 20), _delay(2, 1, 21), _iso(2, 0b0100)]
+    stay, to3, to0 = (2, 0, 0, 1), (3, 0, 1, 1), (0, 0, 1, 1)
+    # flow 5 again at tick 0, gap 0: no difference is <= -1 - margin: stays whatever the margin
+    ev += [_pkt(5, 1, 0, 9)]; want += [stay]
+    # flow 8 again at tick 0 (gap 0) off isolated path 2: only path 1, slower by 1, cannot overtake: path 1
+    ev += [_pkt(8, 2, 0, 10)]; want += [(1, 0, 1, 1)]
+    # flow 6 at tick 1, gap 1: bound -m: stays
+    ev += [_pkt(6, 1, 1, 11)]; want += [stay]
+    # flow 1 at tick 11, gap 11: path 3 by exactly gap - 1 = 10: moves with margin 0 only
+    ev += [_pkt(1, 1, 11, 12)]; want += [(to3, stay, stay)[margin]]
+    # flow 4 at tick 12, gap 12: path 3 by 10 = gap - 2: moves with margin 0 and 1, stays with 2
+    ev += [_pkt(4, 1, 12, 13)]; want += [(to3, to3, stay)[margin]]
+    # flow 3 at tick 13, gap 13: path 3 by 10 = gap - 3: moves whatever the margin
+    ev += [_pkt(3, 1, 13, 14)]; want += [to3]
+    # flow 7 at tick 13 off isolated path 2, gap 13: path 0 by 12 = gap - 1 is safe with margin 0 only (path 0, the
+    # fastest); else path 3 (by 8; path 1 is slower and safe, but path 3 is faster)
+    ev += [_pkt(7, 2, 13, 15)]; want += [(to0, to3, to3)[margin]]
+    # flow 2 at tick 21, gap 21: path 0 by 20 = gap - 1 (margin 0: path 0, the fastest in the window), else path 3
+    ev += [_pkt(2, 1, 21, 16)]; want += [(to0, to3, to3)[margin]]
+    return ev, want
+
+
+@pytest.mark.parametrize("margin", [0, 1, 2])
+def test_margin_hand_worked_on_the_rederivation_and_the_golden_model(margin):
+    ev, want = margin_hand_worked(margin)
+    params = dict(P, margin=margin)
+    assert algorithm1(ev, **params) == want
+    assert _fields(run_golden("flb-route", params, ev)) == want
+
+
+@pytest.mark.parametrize("margin", [0, 1, 2])
+def test_rtl_margin_hand_worked(margin):
+    """The margin cases through the RTL (``compare=False``), back to back."""
+    ev, want = margin_hand_worked(margin)
+    out = run_rtl("flb-route", dict(P, margin=margin), ev, compare=False)
+    assert _fields(out) == want
+
+
 # -- signature and parameters ------------------------------------------------------------------------------------------
 
 def test_signature():
@@ -188,11 +241,23 @@ def test_signature():
     assert dut.latency == 7
 
 
+def test_margin_default_and_cli_error(capsys):
+    """The default is the paper's window (margin 0, the datasheet's table); a bad value is one line on the CLI."""
+    from lbpipe.blocks import BLOCKS
+    from lbpipe.cli import main
+    assert BLOCKS["flb-route"].resolve()["margin"] == 0
+    assert main(["verilog", "flb-route", "--param", "margin=-1", "-o", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "margin" in err and "-1" in err, err
+
+
 @pytest.mark.parametrize("kwargs, exc", [
     (dict(n_flows=1), ValueError), (dict(n_flows=(1 << 20) + 1), ValueError), (dict(n_dests=0), ValueError),
     (dict(n_paths=1), ValueError), (dict(n_paths=17), ValueError), (dict(time_bits=3), ValueError),
     (dict(delay_bits=33), ValueError), (dict(timeout=0), ValueError), (dict(time_bits=8, timeout=256), ValueError),
     (dict(n_paths=True), TypeError), (dict(timeout=4.0), TypeError),
+    (dict(margin=-1), ValueError), (dict(time_bits=8, timeout=40, margin=256), ValueError),
+    (dict(margin=True), TypeError), (dict(margin=1.0), TypeError),
 ])
 def test_bad_parameters(kwargs, exc):
     for cls in (RouteRTL, Route):
@@ -206,7 +271,8 @@ def _random_params(rng):
     """Random parameters within the datasheet's ranges, small enough for Icarus."""
     tb = rng.randrange(4, 17)
     return dict(n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17),
-                time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb))
+                time_bits=tb, delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb),
+                margin=rng.choice([0, 0, 1, 2, rng.randrange(1 << tb)]))
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -238,6 +304,18 @@ def test_rtl_against_the_rederivation(params, idle, backpressure):
     out = run_rtl("flb-route", params, ev, idle=idle, backpressure=backpressure, seed=5, compare=False,
                   stats=stats)
     assert _fields(out) == algorithm1(ev, **params)
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_rtl_margin_against_the_rederivation(idle, backpressure):
+    """``margin`` 1 on a random trace chosen (seed 120) for the packets whose decision the margin changes (the
+    re-derivation at margin 0 and 1 differs on at least 8 of them), through the RTL against :func:`algorithm1`."""
+    params = dict(P, margin=1)
+    ev = route_trace(120, 400, **P)
+    want = algorithm1(ev, **params)
+    assert sum(a != b for a, b in zip(want, algorithm1(ev, **P))) >= 8
+    out = run_rtl("flb-route", params, ev, idle=idle, backpressure=backpressure, seed=5, compare=False)
+    assert _fields(out) == want
 
 
 def test_rtl_one_packet_per_clock():

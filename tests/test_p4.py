@@ -472,6 +472,10 @@ def test_flb_commands_from_ctl():
     with pytest.raises(ValueError, match="without its upd stream"):      # the program has no upd stream
         p4.flb_edge_commands([], dict(params, upd=True), [])
     assert p4.flb_edge_commands([], dict(params, upd=False), [])[0] == "table_set_default flb_config set_config 4 3 50"
+    # the program's window is flb-route's with margin 0 (docs/flb_route.md): the registry passes the parameter
+    assert p4.flb_edge_commands([], dict(params, margin=0), [])[0] == "table_set_default flb_config set_config 4 3 50"
+    with pytest.raises(ValueError, match="margin 0"):
+        p4.flb_edge_commands([], dict(params, margin=1), [])
     with pytest.raises(ValueError):
         p4.flb_edge_commands([{"table": 0, "index": 1 << 24, "data": 0}], params, [])
     with pytest.raises(ValueError, match="metadata block"):

@@ -11,7 +11,9 @@ the same clock gets it forwarded at S2).
 
 Algorithm 1, one decision per clock: a new flow (no entry, or an entry idle for ``timeout`` ticks or more) takes the
 minimum-delay path outside the isolated set; an existing flow on path ``p`` with gap ``dt`` since its previous
-packet moves to the fastest path ``p'`` outside the isolated set with ``0 < delay(p) - delay(p') < dt``, else stays.
+packet moves to the fastest path ``p'`` outside the isolated set with ``0 < delay(p) - delay(p') <= dt - 1 -
+margin``, else stays (``margin`` 0: the paper's ``< dt``; 1: no reordering from the tick rounding, datasheet "Tick
+rounding and margin").
 
 Pipeline (one register stage per cycle, all moved by one ``adv``; latency 7)::
 
@@ -33,7 +35,8 @@ register, and the bank select comes one stage after it.
 Choices where the paper is silent (all in the datasheet): time stamps instead of an aging counter (aliasing
 after ``2**time_bits`` idle ticks); the isolated set per destination, ignored when it holds every path; an
 existing flow on a path that became isolated moves at once to the fastest eligible path it can take without
-reordering (``delay(p) - delay(q) < gap``), and only when there is none to the new-flow choice; ties go to the
+reordering (``delay(p) - delay(q) < gap - margin``, or q slower), and only when there is none to the new-flow
+choice; the window narrowed by ``margin`` ticks for the tick rounding (0 by default, the paper's); ties go to the
 lowest path index; items whose flow or destination is out of range pass with ``ok`` 0 and change nothing; every
 item kind is routed; reset sweeps the flow table (inputs not ready meanwhile) and keeps the delay and isolation tables.
 """
@@ -46,21 +49,23 @@ from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
 
 __all__ = ["Route", "RouteItem", "RouteResult", "RouteUpdate", "check_parameters", "TABLE_DELAY", "TABLE_ISOLATE",
-           "PATH_FIELD_BITS"]
+           "PATH_FIELD_BITS", "MARGIN"]
 
 TABLE_DELAY = 0     # index = dest << 4 | path, data = queueing delay in ticks (< 2**delay_bits)
 TABLE_ISOLATE = 1   # index = dest, data = isolated-path mask (bit p: path p; < 2**n_paths)
 PATH_FIELD_BITS = 4  # the path's field in a delay command's index
+MARGIN = 0          # ticks taken off the reroute window (datasheet "Tick rounding and margin"): the paper's
 
 
 def _bits(n):
     return max(1, (n - 1).bit_length())
 
 
-def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout):
+def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeout, margin=MARGIN):
     """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with."""
     for name, value in (("n_flows", n_flows), ("n_dests", n_dests), ("n_paths", n_paths),
-                        ("time_bits", time_bits), ("delay_bits", delay_bits), ("timeout", timeout)):
+                        ("time_bits", time_bits), ("delay_bits", delay_bits), ("timeout", timeout),
+                        ("margin", margin)):
         check_int(name, value)
     if not 2 <= n_flows <= 1 << 20:
         raise ValueError(f"n_flows must be 2 to 1,048,576, not {n_flows}")
@@ -76,6 +81,9 @@ def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeou
         hint = " (the default; set timeout too)" if timeout == 4096 else ""
         raise ValueError(f"timeout must be 1 to 2**time_bits - 1 = {(1 << time_bits) - 1:,} (time_bits {time_bits}), "
                          f"not {timeout}{hint}")
+    if not 0 <= margin < 1 << time_bits:
+        raise ValueError(f"margin must be 0 to 2**time_bits - 1 = {(1 << time_bits) - 1:,} ticks (time_bits "
+                         f"{time_bits}), not {margin}")
 
 
 def RouteItem(*, n_flows=65536, n_dests=16, time_bits=16):
@@ -210,6 +218,11 @@ class Route(wiring.Component):
         Width of a path's queueing delay, in the same ticks.
     timeout : int
         Ticks after which an idle flow's entry is free (the flow is new again).
+    margin : int
+        Ticks taken off the reroute window, 0 to 2**time_bits - 1: a move needs ``delay(p) - delay(p') <= gap - 1 -
+        margin``. 0 (default): the paper's ``< gap``, which the tick rounding lets overtake by less than a tick; 1:
+        never overtakes when the delays are exact to the tick (rounded up); more: room for that many ticks of delay
+        error less one.
 
     Members
     -------
@@ -225,14 +238,14 @@ class Route(wiring.Component):
     latency = 7
 
     def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
-                 upd=False):
+                 margin=MARGIN, upd=False):
         if not isinstance(upd, bool):
             raise TypeError(f"upd must be a bool, not {upd!r}")
         self._upd = upd
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
-                         delay_bits=delay_bits, timeout=timeout)
+                         delay_bits=delay_bits, timeout=timeout, margin=margin)
         self._nf, self._nd, self._n = n_flows, n_dests, n_paths
-        self._tb, self._db, self._timeout = time_bits, delay_bits, timeout
+        self._tb, self._db, self._timeout, self._margin = time_bits, delay_bits, timeout, margin
         self._fb, self._pb = _bits(n_flows), _bits(n_paths)
         self._item = RouteItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits)
         self._stamp = data.StructLayout({"valid": 1, "stamp": time_bits})
@@ -392,16 +405,29 @@ class Route(wiring.Component):
             m.d.sync += [st3.eq(self._stamps.select(banks, s["s2"].item.flow)), d3.eq(d2),
                          elig.eq(Mux(i2 == (1 << n) - 1, (1 << n) - 1, ~i2))]
             m.d.sync += s["s3"].carry(s["s2"])
+        # margin >= 2: S3's window bound is now - (margin - 1) - stamp - 1; its first term is formed here, so S3 has
+        # one subtraction (margin 1 needs none: now - stamp - 1 = now + ~stamp)
+        self._now_less = s["s3"].item.now
+        if self._margin >= 2:
+            self._now_less = Signal(self._tb, name="s3_now_less_margin")
+            with m.If(adv):
+                m.d.sync += self._now_less.eq((s["s2"].item.now - (self._margin - 1))[:self._tb])
         return st3, d3, elig
 
     def _difference_stage(self, m, adv, mem, s, ram):
-        """S3: the gap ``now - stamp`` (mod 2**time_bits) and every ordered pair's delay difference
-        ``delay(p) - delay(q)`` (one sign bit more). Issues the path table read (every bank). Loads S4."""
+        """S3: the gap ``now - stamp`` (mod 2**time_bits), the window's bound ``gap - margin`` (mod 2**time_bits;
+        ``gap`` itself when ``margin`` is 0) and every ordered pair's delay difference ``delay(p) - delay(q)`` (one
+        sign bit more). Issues the path table read (every bank). Loads S4."""
         st3, d3, elig = ram
         n, db = self._n, self._db
         s3 = s["s3"]
         mem["pt"].read(m, s3.item.flow, adv)
         gap = Signal(self._tb, name="s4_gap")
+        bound = gap
+        if self._margin:
+            bound = Signal(self._tb, name="s4_gap_less_margin")
+            with m.If(adv):
+                m.d.sync += bound.eq((self._now_less + ~st3.stamp)[:self._tb])
         valid4 = Signal(name="s4_stamp_valid")
         elig4 = Signal(n, name="s4_eligible")
         diff = {}
@@ -414,26 +440,29 @@ class Route(wiring.Component):
                         diff[p, q] = Signal(db + 1, name=f"s4_diff_{p}_{q}")
                         m.d.sync += diff[p, q].eq(d[p] - d[q])
             m.d.sync += s["s4"].carry(s3)
-        return gap, diff, elig4, valid4
+        return (gap, bound), diff, elig4, valid4
 
     def _window_stage(self, m, adv, mem, s, gap, diff, elig, valid4):
         """S4: per ordered pair, the member bit: q eligible and, when p is eligible, in p's window ``0 < delay(p) -
-        delay(q) < gap`` (q is faster and may take p's flow without reordering), when p is isolated, safe
-        ``delay(p) - delay(q) < gap`` (q may take it without reordering); the order bit (``beats[a][b]``: a no
-        slower than b, ties to the lower index); whether the flow exists (a valid stamp less than ``timeout`` ticks
-        old); the path banks' read data registered. Loads S5."""
+        delay(q) < gap - margin`` (q is faster and may take p's flow without reordering), when p is isolated, safe
+        ``delay(p) - delay(q) < 0`` or ``< gap - margin`` (q may take it without reordering); the order bit
+        (``beats[a][b]``: a no slower than b, ties to the lower index); whether the flow exists (a valid stamp less
+        than ``timeout`` ticks old); the path banks' read data registered. Loads S5."""
         n, db = self._n, self._db
+        gap, bound = gap
         win = {}
         beats = [[None] * n for _ in range(n)]
         exist5 = Signal(name="s5_exist")
         elig5 = Signal(n, name="s5_eligible")
         pregs = mem["pt"].registers(m, adv, "s5_path_bank")
+        # gap < margin: the bound gap - margin is negative (it wrapped), so no difference >= 0 is below it
+        short = _below(gap, self._margin) if self._margin else None
         with m.If(adv):
             for (p, q), dv in diff.items():
                 # q is a candidate for a flow on p: in p's window when p is eligible, safe when p is isolated
                 w = Signal(name=f"s5_member_{p}_{q}")
                 lt = Signal(name=f"s4_lt_{p}_{q}")
-                m.d.comb += lt.eq(dv[:db] < gap)
+                m.d.comb += lt.eq(dv[:db] < bound if short is None else (dv[:db] < bound) & ~short)
                 positive = ~dv[db] & (dv[:db] != 0)
                 m.d.sync += w.eq(Mux(elig[p], positive & lt, dv[db] | lt) & elig[q])
                 win[p, q] = w

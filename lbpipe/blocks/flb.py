@@ -41,6 +41,9 @@ BLOCKS.append(Block(
         Param("time_bits", 16, "width of the timer's ticks (now, stamps, gaps), 4 to 32"),
         Param("delay_bits", 16, "width of a path's queueing delay in ticks, 4 to 32"),
         Param("timeout", 4096, "ticks after which an idle flow is new again (paper: 1 ms; 4,096 x 256 ns)"),
+        Param("margin", 0, "ticks taken off the reroute window, 0 to 2**time_bits - 1: a move needs delay(p) - "
+                           "delay(p') <= gap - 1 - margin (0: the paper's rule, may overtake by < 1 tick; 1: no "
+                           "reordering from tick rounding, for RoCE)"),
         Param("upd", False, "the upd stream: one delay or isolation-mask write per clock beside the packets"),
     ],
     build=load("lbpipe.hdl.flb.route:Route"),
@@ -48,13 +51,14 @@ BLOCKS.append(Block(
     test_params=[
         dict(n_flows=16, n_dests=3, n_paths=4, time_bits=8, delay_bits=6, timeout=40),
         dict(n_flows=64, n_dests=4, n_paths=8, time_bits=10, delay_bits=8, timeout=100),
-        dict(n_flows=13, n_dests=5, n_paths=5, time_bits=6, delay_bits=5, timeout=20),
+        dict(n_flows=13, n_dests=5, n_paths=5, time_bits=6, delay_bits=5, timeout=20, margin=2),
         dict(n_flows=16, n_dests=3, n_paths=5, time_bits=8, delay_bits=6, timeout=40, upd=True),
     ],
     regression_items=3000,
     random_params=lambda rng: (lambda tb: dict(
         n_flows=rng.randrange(2, 300), n_dests=rng.randrange(1, 20), n_paths=rng.randrange(2, 17), time_bits=tb,
-        delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb)))(rng.randrange(4, 17)),
+        delay_bits=rng.randrange(4, 17), timeout=rng.randrange(1, 1 << tb), margin=rng.choice([0, 0, 1, 2])))(
+        rng.randrange(4, 17)),
     tb_module="lbpipe.tb.flb.test_route",
     trace="lbpipe.sim.flb.route:route_trace",
     streams=("upd",),

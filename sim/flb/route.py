@@ -10,9 +10,10 @@ Per flow: the tick of its previous packet and its path. Per destination: each pa
 isolated-path set. A packet whose flow has no entry, or an entry ``timeout`` ticks old or older (the gap is taken
 modulo ``2**time_bits``), is a new flow: it takes the minimum-delay eligible path (eligible: not isolated, or every
 path when all are isolated; ties to the lowest index). An existing flow on path ``p`` with gap ``dt``: if ``p`` is
-not eligible it takes the fastest eligible ``p'`` with ``delay(p) - delay(p') < dt`` (it cannot overtake the
-previous packet), else the new-flow choice; otherwise the fastest eligible ``p'`` with ``0 < delay(p) - delay(p') <
-dt``, else ``p``.
+not eligible it takes the fastest eligible ``p'`` that is slower than ``p`` or has ``delay(p) - delay(p') <= dt - 1
+- margin`` (it cannot overtake the previous packet), else the new-flow choice; otherwise the fastest eligible ``p'``
+with ``0 < delay(p) - delay(p') <= dt - 1 - margin``, else ``p``. ``margin`` (ticks) narrows the window for the
+tick rounding (datasheet "Tick rounding and margin"); with ``margin`` 0 the window is the paper's ``0 < ... < dt``.
 
 With ``upd=True`` the ``upd`` stream's items (``process_stream``) write a delay or an isolated set, applied in
 trace order (a packet taken in the same clock as an update or later sees it).
@@ -24,10 +25,11 @@ import random
 
 from lbpipe.hdl.flb.route import check_parameters
 
-__all__ = ["Route", "route_trace", "TABLE_DELAY", "TABLE_ISOLATE"]
+__all__ = ["Route", "route_trace", "TABLE_DELAY", "TABLE_ISOLATE", "MARGIN"]
 
-# Written again here (the datasheet's table), not imported from the RTL.
+# Written again here (the datasheet's table and default), not imported from the RTL.
 TABLE_DELAY, TABLE_ISOLATE = 0, 1
+MARGIN = 0
 
 
 def _width(n):
@@ -38,10 +40,11 @@ class Route:
     """The path decision's state and rules; parameters are those of the RTL block."""
 
     def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
-                 upd=False):
+                 margin=MARGIN, upd=False):
         self.upd = upd
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
-                         delay_bits=delay_bits, timeout=timeout)
+                         delay_bits=delay_bits, timeout=timeout, margin=margin)
+        self.margin = margin
         self.n_flows, self.n_dests, self.n_paths = n_flows, n_dests, n_paths
         self.time_bits, self.delay_bits, self.timeout = time_bits, delay_bits, timeout
         # Control-plane tables: power-on zero, kept across reset.
@@ -110,12 +113,15 @@ class Route:
             out["new"] = 1
         else:
             cur = entry[1]
+            # the largest difference a move may have: the gap less one tick (the paper's strict "<") less the margin
+            most = gap - 1 - self.margin
             if cur not in elig:
-                # off an isolated path: the fastest path that cannot overtake the previous packet, else the fastest
-                safe = [q for q in elig if d[cur] - d[q] < gap]
+                # off an isolated path: the fastest path that cannot overtake the previous packet (a slower one, or
+                # one within the window's bound), else the fastest
+                safe = [q for q in elig if d[cur] - d[q] < 0 or d[cur] - d[q] <= most]
                 path = self._fastest(dest, safe or elig)
             else:
-                window = [q for q in elig if 0 < d[cur] - d[q] < gap]
+                window = [q for q in elig if 0 < d[cur] - d[q] <= most]
                 path = self._fastest(dest, window) if window else cur
             out["rerouted"] = int(path != cur)
         self.flows[flow] = (now, path)
