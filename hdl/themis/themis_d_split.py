@@ -10,20 +10,23 @@ whose front (residue, compare and read-modify-write stages, flow-table forwardin
   restarts its entry's *fresh bound* (the PSN bound of the pushes since the NACK). It leaves a *placeholder* in the
   result FIFO and a *job* (its item, residue, queue base and flow entry as read) in the job register, then the job
   FIFO (an idle engine with no job queued takes it from the register), and the front goes on with the next item.
-* The scan engine takes jobs in arrival order and runs ``_NackScan`` on them (one queue entry read per clock). Two
-  cycles after the verdict (the slot's push count is frozen meanwhile) a *token* enters ``s1`` ahead of input and
-  commands, as a command does; the verdict goes into the verdict FIFO. On its way through ``s1`` to ``s3`` the token
-  works out the ring the golden model holds by now (the scanned entries before tPSN dequeued from the ring as the
-  NACK found it, then the pushes since); at the RMW stage it writes the QP's current entry back with that ring,
-  Valid cleared if the NACK may update and is not blocked, and the fresh bound installed as the bound if the scan
-  emptied the ring and data was pushed since.
+* The scan engine takes jobs in arrival order and runs ``_NackScan`` on them (one queue entry read per clock). A
+  *token* enters ``s1`` ahead of input and commands, as a command does: the cycle after the one that requests it,
+  which is the verdict's, or earlier, as soon as the verdict is certain to settle within two cycles (the last
+  entry read, or an entry equal to ePSN after tPSN, has reached the scan's read register). It takes the slot's push
+  count as it enters (no data of its QP moves on between the request and the token); the scan's results (the
+  entries before tPSN, whether Valid is cleared) are *bound* into it the cycle after the verdict, wherever it is
+  then, and the verdict goes into the verdict FIFO. The token works out the ring the golden model holds by now (the
+  scanned entries before tPSN dequeued from the ring as the NACK found it, then the pushes since); at the RMW stage
+  it writes the QP's current entry back with that ring, Valid cleared if the NACK may update and is not blocked, and
+  the fresh bound installed as the bound if the scan emptied the ring and data was pushed since. The engine takes
+  its next job in the cycle the token is bound.
 * **Conditional data.** A data packet of a QP whose NACK is pending (from the NACK entering ``s1`` to its token
   entering ``s1``) is decided at the RMW stage as usual, against the provisional arming, and its result is marked
   conditional on the NACK's slot: if that NACK turns out not blocked, the output rewrites the result to plain
   ``DATA`` (no ``comp``). It waits in the hazard register ``s0`` only (a) until the NACK has passed the RMW stage
   (the ring's count is known), (b) while its push could overwrite a queue entry the scan has not read yet (the
-  *overwrite wait*: ``room``, below), and (c) from the verdict until the token (the push count is frozen for the
-  token's arithmetic).
+  *overwrite wait*: ``room``, below), and (c) in the token's own cycle, as every item does.
 * Results leave in input order: the RMW stage's result is registered into the result FIFO (``rob`` entries, block
   RAM, read registered); the output stage takes its head and, for a placeholder, the verdict FIFO's head, merges
   them (and rewrites a conditional result whose NACK was not blocked) into a two-entry skid buffer whose head is
@@ -31,7 +34,7 @@ whose front (residue, compare and read-modify-write stages, flow-table forwardin
 * **Hazard slots.** Each pending NACK has a slot (``slots`` of them, allocated in order as the NACK enters ``s1``,
   freed as its token does). A slot holds the NACK's QP and, once the NACK has passed the RMW stage, ``room`` =
   queue depth - the ring's count at the NACK - pushes since + entries read by the scan (a push is safe while
-  ``room`` is at least 1), ``ck`` = that count + pushes (saturating), ``tailk`` = the ring's tail now, and whether
+  ``room`` is at least 1), ``p`` = the pushes since (saturating), ``tailk`` = the ring's tail now, and whether
   the NACK may update. A second NACK of a pending QP waits in ``s0`` until the first one's token (the cycle model
   allows two), and so does any NACK while ``slots`` NACKs are outstanding (from ``s1`` to their result leaving the
   output). Commands wait until no NACK is pending. ``s0``'s decision starts at registers (per-slot match and
@@ -192,7 +195,7 @@ class ThemisDSplit(ThemisD):
         m.d.comb += wr_intent.eq(Mux(s4.token, s4.tk.active, s4.setup | s4.teardown | s4.data | s4.nack))
         self._remember_flow_write(m, adv, flow_wr, wr_intent, s1, s2, s3, s4, fw)
         self._scan_engine(m, adv, s4, fe, scan, eng, slot, v_in, s1)
-        self._token_stages(m, adv, s1, s2, s3, s4)
+        self._token_stages(m, adv, eng, s1, s2, s3, s4)
         return m
 
     # -- flow entry, forwarding and the RMW stage's updates ----------------------------------------------------------
@@ -367,7 +370,13 @@ class ThemisDSplit(ThemisD):
         eng.base = Signal(range(max(2, self._n_qps * self._queue_depth)), name="eng_base")
         eng.token_req = Signal(name="eng_token_req")
         eng.running = Signal(name="front_running")
-        eng.stop_q = Signal(name="eng_stop_q")  # the verdict of the NACK in slot ``slot.rd`` settled last cycle
+        eng.sent = Signal(name="eng_token_sent")   # the token is in the front, the scan's results not bound yet
+        eng.bind = Signal(name="eng_bind")
+        Q = self._queue_depth
+        eng.cn1 = Signal(range(Q + 1), name="eng_cn1")          # the ring's count at the NACK - n1
+        eng.hn1 = Signal(range(max(2, Q)), name="eng_hn1")      # its head + n1, mod depth
+        eng.emptied = Signal(name="eng_emptied")                # n1 is that count
+        eng.tail0 = Signal(range(max(2, Q)), name="eng_tail0")  # its tail (the head once every entry is dequeued)
         return eng
 
     def _result_fifo_and_output(self, m, s4):
@@ -455,11 +464,10 @@ class ThemisDSplit(ThemisD):
         """Registers of the hazard slots: ``live`` and ``qp`` per slot, allocated in order the cycle after a NACK with
         a flow-table hit enters ``s1`` (``alloc``, from the register ``s1_nack_new``), freed in order as its token
         enters ``s1`` (``free``); ``outstanding`` counts NACKs from allocation until their result leaves the output.
-        Per slot, for conditional data: ``known`` (the NACK has passed the RMW stage), ``stopped`` (its verdict is
-        settled), ``room``, ``ck``, ``tailk``, ``pushed``, ``may`` (see the module docstring) and ``ok``, a data
-        packet of the slot's QP may move on (``known``, not ``stopped``, ``room`` at least 1), each made from
-        registers and the candidates for ``s0``'s move (``admit``). The caller drives ``alloc``, ``alloc_qp``,
-        ``free``, ``admit``, ``cap``/``cap_*`` and ``rd_inc``."""
+        Per slot, for conditional data: ``known`` (the NACK has passed the RMW stage), ``room``, ``p``, ``tailk``,
+        ``may`` (see the module docstring) and ``ok``, a data packet of the slot's QP may move on (``known``,
+        ``room`` at least 1), each made from registers and the candidates for ``s0``'s move (``admit``). The caller
+        drives ``alloc``, ``alloc_qp``, ``free``, ``admit``, ``cap``/``cap_*`` and ``rd_inc``."""
         class _Slots:
             pass
         k = self._slots
@@ -468,13 +476,11 @@ class ThemisDSplit(ThemisD):
         slot.live = [Signal(name=f"slot{j}_live") for j in range(k)]
         slot.qp = [Signal(_bits(self._n_qps), name=f"slot{j}_qp") for j in range(k)]
         slot.known = [Signal(name=f"slot{j}_known") for j in range(k)]
-        slot.stopped = [Signal(name=f"slot{j}_stopped") for j in range(k)]
         slot.ok = [Signal(name=f"slot{j}_ok") for j in range(k)]
         slot.live_n, slot.hold_in, slot.hold_stay = [], [], []     # after this cycle (see ``_hazard_slots``)
         slot.may = [Signal(name=f"slot{j}_may") for j in range(k)]
-        slot.pushed = [Signal(name=f"slot{j}_pushed") for j in range(k)]
         slot.room = [Signal(range(Q + 2), name=f"slot{j}_room") for j in range(k)]
-        slot.ck = [Signal(9, name=f"slot{j}_ck") for j in range(k)]
+        slot.p = [Signal(range(Q + 1), name=f"slot{j}_pushes") for j in range(k)]     # saturating at Q
         slot.tailk = [Signal(range(max(2, Q)), name=f"slot{j}_tailk") for j in range(k)]
         slot.wr = Signal(range(k), name="slot_wr")
         slot.rd = Signal(range(k), name="slot_rd")
@@ -494,7 +500,6 @@ class ThemisDSplit(ThemisD):
         slot.nz = [Signal(name=f"slot{j}_room_nz") for j in range(k)]
         slot.ge2 = [Signal(name=f"slot{j}_room_ge2") for j in range(k)]
         slot.rd_oh = Signal(k, init=1, name="slot_rd_onehot")
-        slot.cap_count = Signal(range(Q + 1), name="slot_cap_count")
         slot.cap_tail = Signal(range(max(2, Q)), name="slot_cap_tail")
         slot.cap_may = Signal(name="slot_cap_may")
         slot.rd_inc = Signal()      # the engine issued a queue read (for slot ``rd``) the cycle before last
@@ -510,7 +515,6 @@ class ThemisDSplit(ThemisD):
         for j in range(k):
             admit = slot.admit[j]
             inc = slot.rd_inc & slot.rd_oh[j]
-            stop = eng.stop_q & slot.rd_oh[j]
             room = slot.room[j]
             nz = slot.nz[j]
             ge2 = slot.ge2[j]
@@ -529,31 +533,27 @@ class ThemisDSplit(ThemisD):
             slot.hold_stay.append(live_n & ~ok_b)
             with m.If(slot.alloc_at[j]):
                 m.d.comb += [live_n.eq(1), ok_a.eq(0), ok_b.eq(0)]
-                m.d.sync += [slot.qp[j].eq(slot.alloc_qp), slot.known[j].eq(0), slot.stopped[j].eq(0),
-                             slot.pushed[j].eq(0)]
+                m.d.sync += [slot.qp[j].eq(slot.alloc_qp), slot.known[j].eq(0), slot.p[j].eq(0)]
             with m.Elif(slot.cap & (slot.cap_ptr == j)):
-                # The scan may settle in this very cycle (an empty queue decides at once).
-                m.d.comb += [ok_a.eq(slot.cap_ok & ~stop), ok_b.eq(slot.cap_ok & ~stop)]
+                m.d.comb += [ok_a.eq(slot.cap_ok), ok_b.eq(slot.cap_ok)]
                 m.d.sync += [slot.nz[j].eq(slot.cap_ok), slot.ge2[j].eq(slot.cap_ge2)]
-                m.d.sync += [slot.known[j].eq(1), slot.room[j].eq(slot.cap_room), slot.stopped[j].eq(stop),
-                             slot.ck[j].eq(slot.cap_count), slot.tailk[j].eq(slot.cap_tail),
+                m.d.sync += [slot.known[j].eq(1), slot.room[j].eq(slot.cap_room), slot.tailk[j].eq(slot.cap_tail),
                              slot.may[j].eq(slot.cap_may)]
             with m.Else():
                 with m.If(slot.free & (slot.rd == j)):
                     m.d.comb += live_n.eq(0)
                 # Candidates from registers; ``admit`` only chooses.
-                base = slot.known[j] & ~slot.stopped[j] & ~stop
-                m.d.comb += [ok_a.eq(base & Mux(inc, nz, ge2)), ok_b.eq(base & (inc | nz))]
+                known = slot.known[j]
+                m.d.comb += [ok_a.eq(known & Mux(inc, nz, ge2)), ok_b.eq(known & (inc | nz))]
                 m.d.sync += [
-                    slot.stopped[j].eq(slot.stopped[j] | stop),
                     slot.room[j].eq(Mux(admit, Mux(inc, room, room - 1), Mux(inc, room + 1, room))),
                     slot.nz[j].eq(Mux(admit, Mux(inc, nz, ge2), inc | nz)),
                     slot.ge2[j].eq(Mux(admit, Mux(inc, ge2, room >= 3), Mux(inc, nz, ge2))),
                 ]
                 with m.If(admit):
-                    m.d.sync += [slot.pushed[j].eq(1), slot.tailk[j].eq(wrap_inc(slot.tailk[j], Q))]
-                    with m.If(~slot.ck[j].all()):
-                        m.d.sync += slot.ck[j].eq(slot.ck[j] + 1)
+                    m.d.sync += slot.tailk[j].eq(wrap_inc(slot.tailk[j], Q))
+                    with m.If(slot.p[j] != Q):
+                        m.d.sync += slot.p[j].eq(slot.p[j] + 1)
         with m.If(slot.alloc):
             m.d.sync += slot.wr.eq(Mux(slot.wr == k - 1, 0, slot.wr + 1))
         with m.If(slot.free):
@@ -562,13 +562,13 @@ class ThemisDSplit(ThemisD):
 
     def _slot_capture(self, m, adv, s4, fe, armable, slot):
         """As a NACK with a flow-table hit passes the RMW stage, register what its slot needs (``cap_*``): the
-        ring's count and tail, ``room`` = depth - count, and whether the NACK may update an active entry."""
+        ring's tail, ``room`` = depth - count, and whether the NACK may update an active entry."""
         Q = self._queue_depth
         m.d.sync += [
             slot.cap.eq(adv & s4.nack),
             slot.cap_room.eq(Q - fe.ring.count), slot.cap_ok.eq(fe.ring.count != Q),
             slot.cap_ge2.eq(fe.ring.count <= Q - 2),
-            slot.cap_count.eq(fe.ring.count), slot.cap_tail.eq(fe.ring.tail), slot.cap_may.eq(armable),
+            slot.cap_tail.eq(fe.ring.tail), slot.cap_may.eq(armable),
         ]
 
     def _hazard_and_input_stages(self, m, adv, psn_mod, flow_rd, slot, eng, s1, s2, s3, s4):
@@ -689,42 +689,69 @@ class ThemisDSplit(ThemisD):
     def _token_layout(self):
         """What a token carries through ``s1`` to ``s4`` (see ``_token_stages``)."""
         Q = self._queue_depth
+        pos = range(max(2, Q))
         return data.StructLayout({
-            "active": 1, "clear": 1, "pushed": 1, "emptied": 1, "full": 1, "install": 1,
-            "ck": 9, "n1": 9, "qn1": 10, "hn1": 9, "t": 9,
-            "tail": range(max(2, Q)), "head": range(max(2, Q)), "count": range(Q + 1),
+            "p": range(Q + 1), "tail": pos, "q_less_p": range(Q + 1), "pushed": 1,
+            "late": 1, "active": 1, "clear": 1, "cn1": range(Q + 1), "hn1": pos, "emptied": 1,
+            "head": pos, "count": range(Q + 1), "install": 1,
         })
 
-    def _token_stages(self, m, adv, s1, s2, s3, s4):
-        """The token's write-back, worked out as it moves from ``s1`` to ``s4`` (one step per stage, registered).
+    def _token_stages(self, m, adv, eng, s1, s2, s3, s4):
+        """The token's write-back, worked out as it moves from ``s1`` to ``s4``.
 
-        ``s1`` holds what the engine knew as the token entered (``_scan_engine``): ``ck`` = the ring's count at the
-        NACK (``c``) + the pushes since (``p``, saturating), ``n1`` (the entries before tPSN), ``qn1`` = depth +
-        ``n1``, ``hn1`` = the ring's head at the NACK + ``n1``, ``tail`` (the ring's tail now), ``pushed`` (``p`` >
-        0), ``emptied`` (``n1 == c``), ``clear`` (Valid is cleared: the NACK may update and is not blocked). The
-        golden ring holds ``t = c - n1 + p`` entries from ``hn1`` (mod depth) when ``t`` < depth (``s2``: ``full``,
-        ``t``, ``hn1`` reduced), else a full ring whose head is the tail (``s3``: ``head``, ``count``); the fresh
-        bound is installed when the scan emptied the ring and data was pushed since (``install``)."""
+        As it enters ``s1`` the token takes from its hazard slot ``p``, the pushes since the NACK (saturating at the
+        depth), and ``tail``, the ring's tail now; ``s2`` adds ``q_less_p`` = depth - ``p`` and ``pushed``. What the
+        scan decides (``active``; ``clear``, Valid is cleared: the NACK may update and is not blocked; ``cn1`` = the
+        ring's count at the NACK ``c`` - ``n1``, the entries before tPSN; ``hn1``, the ring's head at the NACK +
+        ``n1`` mod depth; ``emptied``, ``n1 == c``) is *bound* into the token by the engine (``eng.bind``) wherever
+        the token is then: as it enters ``s1`` or, for a token sent ahead of its verdict (``late``), in ``s1`` or
+        ``s2`` (the engine sends a token early only when the verdict comes within two cycles, so it is bound before
+        it leaves ``s2``). The golden ring holds ``t = c - n1 + p`` entries from ``hn1`` when ``t`` < depth, else a
+        full ring whose head is the tail: ``s4`` gets ``count`` and ``head`` (full when ``cn1 >= q_less_p``); the
+        fresh bound is installed when the scan emptied the ring and data was pushed since (``install``)."""
         Q = self._queue_depth
+        bind = eng.bind
+
+        def bound(stage):
+            return [getattr(stage.tk, key).eq(value) for key, value in eng.late.items()] + [stage.tk.late.eq(0)]
+        at1 = bind & s1.token & s1.tk.late
+        at2 = bind & s2.token & s2.tk.late
+        full = Signal(name="s3_tk_full")
+        m.d.comb += full.eq(s3.tk.cn1 >= s3.tk.q_less_p)
         with m.If(adv):
             m.d.sync += [s2.tk.eq(s1.tk), s3.tk.eq(s2.tk), s4.tk.eq(s3.tk)]
             m.d.sync += [
-                s2.tk.full.eq(s1.tk.ck >= s1.tk.qn1),
-                s2.tk.t.eq(s1.tk.ck - s1.tk.n1),
-                s2.tk.hn1.eq(Mux(s1.tk.hn1 >= Q, s1.tk.hn1 - Q, s1.tk.hn1)),
-                s3.tk.count.eq(Mux(s2.tk.full, Q, s2.tk.t)),
-                s3.tk.head.eq(Mux(s2.tk.full, s2.tk.tail, s2.tk.hn1)),
-                s3.tk.install.eq(s2.tk.emptied & s2.tk.pushed),
+                s2.tk.q_less_p.eq(Q - s1.tk.p), s2.tk.pushed.eq(s1.tk.p != 0),
+                s4.tk.count.eq(Mux(full, Q, s3.tk.cn1 + s3.tk.p)),
+                s4.tk.head.eq(Mux(full, s3.tk.tail, s3.tk.hn1)),
+                s4.tk.install.eq(s3.tk.emptied & s3.tk.pushed),
             ]
+            with m.If(at1):
+                m.d.sync += bound(s2)
+            with m.If(at2):
+                m.d.sync += bound(s3)
+        with m.Else():
+            with m.If(at1):
+                m.d.sync += bound(s1)
+            with m.If(at2):
+                m.d.sync += bound(s2)
 
     def _scan_engine(self, m, adv, s4, fe, scan, eng, slot, v_in, s1):
         """The job register (written by the RMW stage for each NACK with a flow-table hit) and FIFO (written from the
         register unless the engine takes the job from it at once: ``direct``, when it is idle with no job queued;
-        the scan then starts from registers) and the engine's one-hot states:
-        IDLE (take a job: ``scan.start``) -> SCAN (``scan.step`` each cycle to the verdict) -> ``stop_q`` (the
-        slot's pushes freeze: no data of its QP moves on after this cycle) -> TOKEN (``token_req`` until the token
-        enters ``s1`` with what ``_token_stages`` needs: the slot's ``ck``, ``tailk``, ``pushed`` and the scan's
-        ``n1``; the verdict goes to the verdict FIFO, the hazard slot is freed) -> IDLE."""
+        the scan then starts from registers), the scan and its token.
+
+        IDLE (take a job: ``scan.start``) -> SCAN (``scan.step`` each cycle to the verdict, ``stop``) -> settled
+        (``done``) -> IDLE once the scan's results are bound into the token (``bind``: the verdict goes to the
+        verdict FIFO; for a token already in the front the engine is IDLE from the cycle the verdict settles, and the
+        bind happens as it takes its next job). ``token_req`` asks for the token to enter ``s1`` (ahead of commands
+        and ``s0``; its slot is freed as it enters): the cycle after ``stop``, or earlier, as soon as the verdict is
+        certain to come within two cycles (``predict``): the last queue read has been issued and its entry has
+        reached the ring memory's read register, or, tPSN found, an entry equal to ePSN is in that register or in
+        the distance register (it decides NACK_LATE as it reaches the decision). Such a token enters ``s1`` at the
+        earliest as the verdict settles (``sent`` until it is bound). The engine keeps ``cn1``, ``hn1`` and
+        ``emptied`` up to date as the scan dequeues (``n1``), so the token can be bound the cycle after the
+        verdict."""
         Q = self._queue_depth
         m.submodules.jobs = jf = StreamFIFO(shape=self._job_layout(), depth=self._slots)
         idle = Signal(init=1, name="eng_idle")
@@ -746,47 +773,80 @@ class ThemisDSplit(ThemisD):
         dummy_item = Signal(ThemisDItem(n_qps=self._n_qps))
         self._nack_result(m, scan, dummy_item, verdict_word, Signal())
         scan.write_back_entry(m)        # registers ``may_update`` (the entry it returns is the old design's)
-        n1 = scan.n1
         rd = slot.rd
-        m.d.comb += [
-            v_in.payload.verdict.eq(verdict_word.verdict), v_in.payload.drop.eq(verdict_word.drop),
-            v_in.payload.arm.eq(verdict_word.arm), v_in.payload.scanned.eq(verdict_word.scanned),
-            v_in.payload.out_of_range.eq(verdict_word.out_of_range),
-            slot.rd_inc.eq(scan.pending),
-        ]
-        # What the token carries into ``s1`` (``_token_stages`` works out the rest on the way to the RMW stage).
-        with m.If(adv & eng.token_req):
-            m.d.sync += [
-                s1.tk.active.eq(scan.active),
-                s1.tk.clear.eq(scan.active & scan.may_update & (scan.verdict != ThemisDVerdict.NACK_BLOCKED)),
-                s1.tk.pushed.eq(Cat(*slot.pushed).bit_select(rd, 1)),
-                s1.tk.ck.eq(Cat(*slot.ck).word_select(rd, 9)),
-                s1.tk.tail.eq(Cat(*slot.tailk).word_select(rd, len(slot.tailk[0]))),
-                s1.tk.n1.eq(n1), s1.tk.qn1.eq(Q + n1), s1.tk.hn1.eq(scan.entry.ring.head + n1),
-                s1.tk.emptied.eq(n1 == scan.entry.ring.count),
-            ]
         scanning = Signal(name="eng_scan")
+        busy = Signal(name="eng_busy")      # a job taken, its results not bound yet
+        done = Signal(name="eng_done")      # the scan has settled; its results are not bound yet
+        stop = Signal(name="eng_stop")
+        enter = Signal(name="eng_token_enters")
+        m.d.comb += [
+            done.eq(busy & ~scanning),
+            enter.eq(eng.token_req & adv),
+            eng.bind.eq(done & (eng.sent | enter)),
+        ]
+        # The verdict is registered into the verdict FIFO as the token is bound (the FIFO's bookkeeping then starts
+        # at registers).
+        m.d.sync += v_in.valid.eq(eng.bind)
+        with m.If(eng.bind):
+            m.d.sync += [
+                v_in.payload.verdict.eq(verdict_word.verdict), v_in.payload.drop.eq(verdict_word.drop),
+                v_in.payload.arm.eq(verdict_word.arm), v_in.payload.scanned.eq(verdict_word.scanned),
+                v_in.payload.out_of_range.eq(verdict_word.out_of_range),
+            ]
+        # Reads issued after the token entered belong to a freed slot (they are past the deciding entry).
+        m.d.comb += slot.rd_inc.eq(scan.pending & ~eng.sent)
+        eng.late = {
+            "active": scan.active,
+            "clear": scan.active & scan.may_update & (scan.verdict != ThemisDVerdict.NACK_BLOCKED),
+            # Out of range, the scan dequeues every entry (``scan.oor``, registered with that verdict).
+            "cn1": Mux(scan.oor, 0, eng.cn1), "hn1": Mux(scan.oor, eng.tail0, eng.hn1),
+            "emptied": scan.oor | eng.emptied,
+        }
+        # What the token takes into ``s1`` (``_token_stages`` works out the rest on the way to the RMW stage).
+        with m.If(enter):
+            m.d.sync += [
+                s1.tk.p.eq(Cat(*slot.p).word_select(rd, len(slot.p[0]))),
+                s1.tk.tail.eq(Cat(*slot.tailk).word_select(rd, len(slot.tailk[0]))),
+                s1.tk.late.eq(~eng.bind),
+            ]
+            m.d.sync += [getattr(s1.tk, key).eq(value) for key, value in eng.late.items()]
+
+        # The engine is free for the next job once the scan's results are bound, or, for a token already in the
+        # front, from the cycle its verdict settles (it is bound in the next, as the next job starts).
+        with m.If(eng.bind | (scanning & stop & (eng.sent | enter))):
+            m.d.sync += idle.eq(1)
+        with m.If(eng.bind):
+            m.d.sync += busy.eq(0)
+
+        def start(job):
+            scan.start(m, job.item, job.res, job.fe)
+            ring = job.fe.ring
+            m.d.sync += [eng.qp.eq(job.item.qp), eng.base.eq(job.base), idle.eq(0), busy.eq(1), scanning.eq(1),
+                         eng.hn1.eq(ring.head), eng.cn1.eq(ring.count), eng.emptied.eq(ring.count == 0),
+                         eng.tail0.eq(ring.tail)]
         with m.If(idle):
             m.d.comb += jf.o.ready.eq(1)
             with m.If(jf.o.valid):
-                job = jf.o.payload
-                scan.start(m, job.item, job.res, job.fe)
-                m.d.sync += [eng.qp.eq(job.item.qp), eng.base.eq(job.base), idle.eq(0), scanning.eq(1)]
+                start(jf.o.payload)
         with m.If(direct):
-            job = jf.i.payload
-            scan.start(m, job.item, job.res, job.fe)
-            m.d.sync += [eng.qp.eq(job.item.qp), eng.base.eq(job.base), idle.eq(0), scanning.eq(1)]
+            start(jf.i.payload)
         with m.If(scanning):
-            stop = scan.step(m)
+            m.d.comb += stop.eq(scan.step(m))
             with m.If(stop):
                 m.d.sync += scanning.eq(0)
-        # The slot's pushes freeze a cycle after the verdict (``stop_q``); the token enters ``s1`` after that.
-        m.d.sync += eng.stop_q.eq(scanning & stop)
-        with m.If(eng.stop_q):
-            m.d.sync += eng.token_req.eq(1)
-        with m.If(eng.token_req & adv):
-            m.d.sync += [eng.token_req.eq(0), idle.eq(1)]
-            m.d.comb += [v_in.valid.eq(1), slot.free.eq(1)]
+            # ``cn1``, ``hn1``, ``emptied`` follow ``n1`` as ``_NackScan.step`` adds an entry before tPSN (phase 1,
+            # neither on ePSN's path nor after it).
+            with m.If(scan.f_valid & ~scan.phase2 & ~scan.f_same & ~scan.f_after):
+                m.d.sync += [eng.hn1.eq(wrap_inc(eng.hn1, Q)), eng.cn1.eq(eng.cn1 - 1), eng.emptied.eq(eng.cn1 == 1)]
+        predict = Signal(name="eng_predict")
+        m.d.comb += predict.eq(
+            (scan.left_zero & ~scan.pending & ~scan.pending2 & ~scan.pending3)
+            | (scan.phase2 & ((scan.x_valid & (scan.x == scan.e_t)) | (scan.d_valid & (scan.d == 0)))))
+        m.d.sync += [
+            eng.token_req.eq(Mux(eng.token_req, ~adv, scanning & (stop | predict) & ~eng.sent)),
+            eng.sent.eq((eng.sent | enter) & ~eng.bind),
+        ]
+        m.d.comb += slot.free.eq(enter)
 
 
 def _any(bits):
