@@ -3,7 +3,7 @@ model and the cocotb engine, on the traces the other tests replay.
 
 The expected frames come from the golden models (sim/), never from the harness; the cocotb engine is the reference
 RTL run. Builds are cached by content (about 20 s for themis-s-wire, a few seconds for a metadata block under
-load; the larger wire pipelines take minutes and are regressions).
+load; the larger wire pipelines take minutes and are in the deep profile).
 """
 
 import json
@@ -173,16 +173,16 @@ def test_stream_blocks_cli_trace_matches_golden(name, tmp_path):
     assert (stats["items_in"], stats["items_out"], stats["extras_in"]) == (golden.count(b"\n"),) * 2 + (len(extra),)
 
 
-#: The long profile's million-item runs (issue #19, "use the speed"): each block's own trace of at least 1,000,000
+#: The deep profile's million-item runs (issue #19, "use the speed"): each block's own trace of at least 1,000,000
 #: items (the value: trace clocks; the pacer's carry an item in about 95% of them), with short pauses on both sides,
 #: against the golden model, at the parameters (and so on the Verilator builds) of the tests above. The blocks and
 #: what each run costs are in docs/simulation.md, with those left out (laps-pit: 3 minutes and 6 GB; the others
-#: over the long profile's budget of about 8 minutes for all of these).
+#: over the deep profile's budget of about 8 minutes for all of these).
 MILLION = {"laps-pacer": 1_060_000, "flb-route": 1_000_000, "flb-isolate": 1_000_000, "selb-cluster": 1_000_000,
            "pro-rr": 1_000_000, "pro-ooo": 1_000_000, "themis-d": 1_000_000}
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("name", sorted(MILLION))
 def test_million_items_match_golden(name):
     """A million items through the fast engine, item for item as the golden model (the first difference named)."""
@@ -207,7 +207,7 @@ def _closed_loop(name, params, n_frames, seed=3):
     return [{"ctl": c} for c in cmds], frames
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("name, params", [
     ("themis-d-wire", dict(n_qps=8, queue_depth=40, n_paths=3, entry_bits=10, buckets=64, ways=2, ipv6=True,
                            depth=256)),

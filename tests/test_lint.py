@@ -23,6 +23,8 @@ import pytest
 
 from lbpipe.blocks import BLOCKS
 
+from profiles import LARGE
+
 VERILATOR = shutil.which("verilator")
 
 WAIVERS = """`verilator_config
@@ -59,10 +61,10 @@ def _verilog(name, tmp_path):
     return tmp_path / f"{stem}.v", stem
 
 
-# Every block at its defaults takes minutes (generating the Verilog of the big tables and pipelines dominates):
-# the long profile. The default profile lints the shell box below.
-@pytest.mark.regression
-@pytest.mark.parametrize("name", sorted(BLOCKS))
+# Every block at its defaults: the metadata blocks in the long profile, the large pipelines (generating their
+# Verilog takes minutes each) in the deep one. The default profile lints the shell box below.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.deep if name in LARGE
+                                               else pytest.mark.regression) for name in sorted(BLOCKS)])
 def test_block_lint_clean(name, tmp_path):
     path, top = _verilog(name, tmp_path)
     found = lint(tmp_path, [path], top)
@@ -71,7 +73,7 @@ def test_block_lint_clean(name, tmp_path):
 
 # Every pipeline with a box. The default profile lints themis-s-wire's and, at small tables, themis-d-wire's (the box
 # with every part the others use: both merges' arbiter, the steering, both sizers); the long profile the others at
-# small tables and all at their defaults.
+# small tables, and the deep profile all at their defaults.
 _SMALL = {"themis-d-wire": "n_qps=8 queue_depth=8 n_paths=3 buckets=16 ways=2 depth=32",
           "laps-rx-wire": "n_entries=64 depth=32", "laps-tx-wire": "n_dests=16 k=2 buckets=16 n_entries=32 depth=32",
           "pro-rx-wire": "n_qps=2048 buckets=16 ways=2"}
@@ -82,7 +84,7 @@ _SMALL = {"themis-d-wire": "n_qps=8 queue_depth=8 n_paths=3 buckets=16 ways=2 de
     ("themis-d-wire", _SMALL["themis-d-wire"]),
     *(pytest.param(name, _SMALL[name], marks=pytest.mark.regression)
       for name in ("laps-rx-wire", "laps-tx-wire", "pro-rx-wire")),
-    *(pytest.param(name, "", marks=pytest.mark.regression) for name in sorted(_SMALL))])
+    *(pytest.param(name, "", marks=pytest.mark.deep) for name in sorted(_SMALL))])
 def test_opennic_box_lint_clean(pipeline, params, tmp_path):
     from lbpipe.cli import main
     extra = [arg for p in params.split() for arg in ("--param", p)]
