@@ -13,6 +13,7 @@ from lbpipe.tb.laps.test_rx_wire import NOW0, data_frame
 from lbpipe.tb.lib.runner import run_cocotb, write_verilog
 
 SMALL = dict(n_entries=64, k=8, depth=256, laps_port=0xC1A5)
+SMALL6 = dict(SMALL, ipv6=True)
 
 
 def _run(params, testcases, name, env=None):
@@ -26,6 +27,12 @@ def test_rtl():
     """Mixed traffic with stalls on every output, a clock offset, line rate, ACK latency, reset mid-traffic."""
     _run(SMALL, ["frames_with_stalls", "clock_offset", "line_rate", "ack_latency", "reset_mid_traffic"],
          "laps_rx_wire_top", env={"LBPIPE_ACK_LATENCY": str(LapsRxWire(**SMALL).latency)})
+
+
+def test_rtl_ipv6():
+    """``ipv6=True``: the mixed traffic with IPv6 data frames, probes and ACKs among it (random addresses, VLAN
+    tags), with stalls, at line rate and across a reset: IPv6 ACKs, every output and counter as the golden model."""
+    _run(SMALL6, ["frames_with_stalls", "line_rate", "reset_mid_traffic"], "laps_rx_wire_v6_top")
 
 
 NOW = NOW0 + 5_000_000
@@ -161,6 +168,90 @@ def test_parameters():
         LapsRxWire(laps_port=4791)
     with pytest.raises(TypeError):
         LapsRxWire(depth="x")
+    for bad in (1, "True", None):
+        with pytest.raises(TypeError):
+            LapsRxWire(ipv6=bad)
+        with pytest.raises(TypeError):
+            LapsRxWireModel(ipv6=bad)
+
+
+# -- IPv6 ACKs (ipv6=True) -------------------------------------------------------------------------------------------
+
+SRC6, DST6 = "2001:db8:1:2:3:4:5:6", "fd12:3456:789a:1::beef"
+ANCHORS = [0x0A000001, 0x0A000002, 0x0A000003]
+
+
+def _frame6(*, probe=0, ack=0, tags=(0x8100,), time=NOW - 12345, anchors=ANCHORS):
+    """An IPv6 LAPS data frame (VLAN-tagged: the ACK leaves untagged) or probe, scapy-built, every field fixed here:
+    the data carries a RoCEv2 BTH (QP 0xABCDEF, PSN 0x123456) and 40 bytes after its LAPS header."""
+    from scapy.contrib.roce import BTH
+    from scapy.packet import Raw
+    from lbpipe.tb.lib.packets import LapsHeader, laps_frame
+    pkt = laps_frame(SRC6, DST6, probe=probe, ack=ack, pid=9, time=time, anchors=anchors,
+                     tags=tags, sport=0x1234, src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02")
+    pkt[LapsHeader].reserved2 = 4791
+    if not probe:
+        pkt = pkt / BTH(opcode=4, dqpn=0xABCDEF, psn=0x123456) / Raw(b"p" * 40)
+    return bytes(pkt)
+
+
+def _ack6(laps, hlim=64):
+    """The IPv6 ACK scapy builds around ``laps`` (the LAPS header and echo bytes worked out by the caller): MACs
+    swapped, untagged, addresses swapped, traffic class and flow label 0, UDP to the LAPS port, checksum 0."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+    return bytes(Ether(src="02:00:00:00:00:02", dst="02:00:00:00:00:01")
+                 / IPv6(src=DST6, dst=SRC6, tc=0, fl=0, hlim=hlim) / UDP(sport=0x1234, dport=0xC1A5, chksum=0)
+                 / Raw(laps))
+
+
+def test_golden_ipv6_data_and_probe_acks_by_scapy():
+    """``ipv6=True``: an IPv6 data frame (one VLAN tag) and an IPv6 probe are answered byte for byte as scapy builds
+    the ACKs (payload length and UDP length by scapy, 86 + 4 count bytes), the LAPS bytes worked out here: type
+    bits, count, sr_idx 0, pid 9, latency 12,345 ns, the inner port, anchors reversed, the BTH's first 12 bytes
+    as echo (a probe has nothing after its header: 12 zero bytes). The hop limit follows the ctl TTL. Counted as
+    an IPv4 ACK is."""
+    from scapy.contrib.roce import BTH
+    model = LapsRxWireModel(**SMALL6)
+    echo = bytes(BTH(opcode=4, dqpn=0xABCDEF, psn=0x123456))[:12]
+    laps = (bytes([0x40 | 3, 0, 0, 9]) + (12345).to_bytes(6, "big") + (4791).to_bytes(2, "big")
+            + bytes.fromhex("0a000003" "0a000002" "0a000001") + echo)
+    out = model.step(_frame6(), NOW)
+    assert out["ack"] == _ack6(laps) and len(out["ack"]) == 86 + 4 * 3
+    assert out["host"] is not None and len(out["host"]) == len(_frame6()) - 24
+    assert out["upd"] is None and out["loss"] is None
+    probe_laps = (bytes([0xC0 | 2, 0, 0, 9]) + (500).to_bytes(6, "big") + (4791).to_bytes(2, "big")
+                  + bytes.fromhex("c0a80002" "c0a80001") + bytes(12))
+    model.control({"table": 0, "index": 0, "data": 1 | 9 << 8})
+    out = model.step(_frame6(probe=1, tags=(), time=NOW - 500, anchors=[0xC0A80001, 0xC0A80002]), NOW)
+    assert out["ack"] == _ack6(probe_laps, hlim=9) and len(out["ack"]) == 86 + 8 and out["host"] is None
+    s = model.stats()
+    assert s[0] == 1 and s[1] == 1 and sum(s[2:10]) == 0
+
+
+def test_golden_ipv6_off_and_extension_headers():
+    """``ipv6=False`` (the default): the same IPv6 frames are not answered, counted ``not_acked``, the data still
+    delivered without its header. ``ipv6=True``: an IPv6 LAPS datagram behind a hop-by-hop extension header is no
+    LAPS frame to the parser: passed unchanged, not answered, counted ``not_laps``."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+    model = LapsRxWireModel(**SMALL)
+    out = model.step(_frame6(), NOW)
+    assert out["ack"] is None and len(out["host"]) == len(_frame6()) - 24
+    assert model.step(_frame6(probe=1), NOW) == {"host": None, "ack": None, "upd": None, "loss": None}
+    s = model.stats()
+    assert s[6] == 2 and s[0] == 0 and s[1] == 0
+    laps = bytes([0, 0, 0, 9]) + (NOW - 5).to_bytes(6, "big") + bytes(2)
+    ext = bytes(Ether() / IPv6(src=SRC6, dst=DST6) / IPv6ExtHdrHopByHop() / UDP(sport=1, dport=0xC1A5, chksum=0)
+                / Raw(laps + b"x" * 30))
+    model = LapsRxWireModel(**SMALL6)
+    assert model.step(ext, NOW) == {"host": ext, "ack": None, "upd": None, "loss": None}
+    s = model.stats()
+    assert s[8] == 1 and s[6] == 0 and s[0] == 0
 
 
 @pytest.mark.regression
@@ -180,3 +271,67 @@ def test_replay_engines_agree(tmp_path):
                 backpressure=0.3)
     golden, rtl = read_pcap(tmp_path / "g.pcap"), read_pcap(tmp_path / "r.pcap")
     assert len(golden) > len(frames) // 2 and golden == rtl
+
+
+def _tx_model(**over):
+    """A ``laps-tx-wire`` golden model with ``ipv6=True`` and one IPv6 destination, fd00::5, over two paths (slots
+    1 and 2 of 4: pids 16 + 3 and 32 + 7, base_val 700 and 900 ns, two anchors each)."""
+    from lbpipe.sim.laps.tx_wire import LapsTxWireModel, tx_wire_commands
+    params = dict(n_dests=16, k=4, ways=2, buckets=16, ipv6=True, n_entries=64, probe_rule="paper",
+                  lfsr_seed=0xACE1, precision=16, depth=256, laps_port=0xC1A5, tick_ns=4, **over)
+    model = LapsTxWireModel(**params)
+    table = {"pst": [{"dst": "fd00::5", "pids": [0, 16 + 3, 32 + 7, 0]}],
+             "pit": [{"pid": 16 + 3, "base_val": 700, "anchors": ["10.9.0.1", "10.9.0.2"]},
+                     {"pid": 32 + 7, "base_val": 900, "anchors": ["10.9.1.1", "10.9.1.2"]}]}
+    for cmd in tx_wire_commands(table, beta_q=0, exp_entries=4, **params):
+        model.control(cmd)
+    return model
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_golden_closed_loop_over_ipv6(answered):
+    """LAPS over IPv6 in golden models: ``laps-tx-wire`` (``ipv6=True``) sends a host's IPv6 UDP frames to fd00::5,
+    one every 10 us; each frame it emits (data with a LAPS header, probes) crosses its path (by its pid, read with
+    scapy: 1,500 ns on pid 19, 2,500 on pid 39) to a ``laps-rx-wire`` (``ipv6`` = ``answered``) whose ACKs come
+    back over the same delay to the sender's ``laps-rx-wire``, whose PIT updates go to the sender's PIT. Answered:
+    every data frame and probe gets an IPv6 ACK addressed to the host (scapy), each update carries its path's delay,
+    and the PIT holds it; not answered (``ipv6=False``, as before): no ACK, and every probe doubles its path's
+    real_val (base_val x 2 ** probes: 64 and more here)."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from lbpipe.tb.lib.packets import LapsHeader
+    from lbpipe.tb.laps.test_tx_wire import udp_frame
+    delay = {16 + 3: 1500, 32 + 7: 2500}
+    tx = _tx_model()
+    far = LapsRxWireModel(n_entries=64, k=4, ipv6=answered)
+    near = LapsRxWireModel(n_entries=64, k=4, ipv6=True)
+    sent, acks, updates = [], [], []
+    for n in range(40):
+        t = 10_000 * (n + 1)
+        for f in tx.process(udp_frame("fd00::1", "fd00::5", 300, sport=5555, dport=6666), now=t):
+            e = Ether(f)
+            assert e[IPv6].dst == "fd00::5" and e[UDP].dport == 0xC1A5
+            h = LapsHeader(bytes(e[UDP].payload))
+            sent.append((h.probe, h.pid))
+            out = far.step(f, t + delay[h.pid])
+            if out["ack"] is None:
+                continue
+            a = Ether(out["ack"])
+            acks.append((LapsHeader(bytes(a[UDP].payload)).probe, a[IPv6].src, a[IPv6].dst, a[UDP].dport))
+            upd = near.step(out["ack"], t + 2 * delay[h.pid])["upd"]
+            assert upd is not None
+            updates.append((upd["pid"], upd["owd"]))
+            tx.update(upd)
+    probes = sum(p for p, _ in sent)
+    assert len(sent) > 40 and probes >= 4 and {pid for _, pid in sent} == set(delay)
+    if answered:
+        assert acks == [(p, "fd00::5", "fd00::1", 0xC1A5) for p, _ in sent]
+        assert updates == [(pid, delay[pid]) for _, pid in sent]
+        assert [tx.pit.real[pid] for pid in delay] == list(delay.values())
+        assert near.stats()[2] + near.stats()[3] == len(sent) and near.stats()[3] == probes
+    else:
+        assert acks == [] and updates == [] and far.stats()[6] == len(sent)
+        # Algorithm 1: each unanswered probe doubles its path's real_val
+        assert [tx.pit.real[pid] for pid in delay] == [base << sent.count((1, pid))
+                                                        for pid, base in ((19, 700), (39, 900))]

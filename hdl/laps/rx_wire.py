@@ -25,7 +25,12 @@ echo bytes 5-7 is the ``flow``, the PSN at bytes 9-11 the ``seq`` the sender's l
 identification 0, DF, TTL from ``ctl``, default 64, checksum computed) from the data's destination to its source;
 UDP from the data's source port to ``laps_port``, checksum 0; LAPS ``probe``, ``ack`` 1, ``count`` as the data's,
 ``sr_idx`` 0, ``pid``, ``time`` = latency, bytes 10-11 the data's (its inner port), anchors reversed; the 12 echo
-bytes. IPv6 data frames are delivered but not acknowledged (counted).
+bytes. With ``ipv6`` an IPv6 data frame or probe (UDP right after the fixed header, as the parser finds LAPS) is
+answered by an IPv6 ACK (86 + 4 ``count`` bytes, still two beats): EtherType 0x86DD, version 6, traffic class and
+flow label 0, payload length = the UDP length, next header UDP, hop limit = the ``ctl`` TTL, the data's 128-bit
+addresses swapped; UDP checksum 0 (as ``laps-tx-wire``'s IPv6 probes: a closed LAPS fabric, RFC 6935/6936); the
+rest as for IPv4. Without ``ipv6`` (the default, the same design as before) IPv6 frames are delivered but not
+acknowledged (counted).
 
 **Time.** ``now`` is the NIC's free-running 48-bit nanosecond clock (an input, as a shell's PTP timer gives it);
 the frame's arrival time is ``now`` at its first beat. Latency = arrival - send time, modulo 2**48; a send time
@@ -72,6 +77,7 @@ STAT_NAMES = ("acked", "probes_answered", "acks", "probe_acks", "bad_pid", "futu
 N_STATS = len(STAT_NAMES)
 _WIN = 128
 _ETH_IPV4 = 0x0800
+_ETH_IPV6 = 0x86DD
 _IP_UDP = 17
 
 
@@ -85,8 +91,10 @@ def _window_layout():
     return data.StructLayout({"w": 8 * _WIN, "t_rx": TIME_BITS})
 
 
-def check_parameters(*, n_entries, k, depth, laps_port):
+def check_parameters(*, n_entries, k, depth, laps_port, ipv6=False):
     """Raise ``TypeError``/``ValueError`` for parameters the block cannot be built with (shared with the model)."""
+    if not isinstance(ipv6, bool):
+        raise TypeError(f"ipv6 must be a bool, not {ipv6!r}")
     for name, value in (("n_entries", n_entries), ("k", k), ("depth", depth)):
         check_int(name, value)
     if not 1 <= k <= 32:
@@ -144,6 +152,8 @@ class LapsRxWire(wiring.Component):
         The LAPS editor's beat FIFO, in beats (the editor is cut-through: frames of any length pass).
     laps_port : int
         UDP destination port of the LAPS shim.
+    ipv6 : bool
+        Answer IPv6 data frames and probes too (IPv6 ACKs); False: IPv4 only, IPv6 frames counted ``not_acked``.
 
     Members
     -------
@@ -168,9 +178,10 @@ class LapsRxWire(wiring.Component):
     #: D stages from the parser's item to the output registers.
     STAGES = 8
 
-    def __init__(self, *, n_entries=8192, k=8, depth=256, laps_port=LAPS_PORT):
-        check_parameters(n_entries=n_entries, k=k, depth=depth, laps_port=laps_port)
+    def __init__(self, *, n_entries=8192, k=8, depth=256, laps_port=LAPS_PORT, ipv6=False):
+        check_parameters(n_entries=n_entries, k=k, depth=depth, laps_port=laps_port, ipv6=ipv6)
         self._n_entries, self._k, self._depth, self._laps_port = n_entries, k, depth, laps_port
+        self._ipv6 = ipv6
         axis = AXI4StreamSignature(data_width=512, user_width=1)
         super().__init__({
             "s_axis": In(axis),
@@ -337,22 +348,26 @@ class LapsRxWire(wiring.Component):
         return d4
 
     def _frame(self, m, adv, d4):
-        """D5: the ACK frame (checksum bytes 0) for its anchor count, and the first sum of the checksum."""
+        """D5: the ACK frame (checksum bytes 0) for its anchor count (and, with ``ipv6``, its family), and the first
+        sum of the checksum."""
         keep = [n for n in d4 if n not in ("echo", "inner", "a", "b", "k", "w", "macs", "ttl")] + ["echo"]
         d5 = {n: Signal.like(d4[n], name=f"d5_{n}") for n in keep}
-        d5["frame"] = Signal(8 * 82, name="d5_frame")
+        size = 102 if self._ipv6 else 82
+        d5["frame"] = Signal(8 * size, name="d5_frame")
         d5["c"] = Signal(18, name="d5_c")
         d5["k"] = Signal(17, name="d5_k")
-        frames = []
-        for c in range(5):
-            frames.append(Cat(*_ack_bytes(d4, c, self._laps_port), Const(0, 8 * (82 - 66 - 4 * c))))
+        frames = {}
+        for v6 in ((False, True) if self._ipv6 else (False,)):
+            for c in range(5):
+                out = _ack_bytes(d4, c, self._laps_port, ipv6=v6)
+                frames[c | v6 << 3] = Cat(*out, Const(0, 8 * (size - len(out))))
         with m.If(adv):
             m.d.sync += [d5[n].eq(d4[n]) for n in keep]
             m.d.sync += [d5["c"].eq(d4["a"] + d4["b"]), d5["k"].eq(d4["k"])]
-            with m.Switch(d4["laps_count"]):
-                for c in range(5):
-                    with m.Case(c):
-                        m.d.sync += d5["frame"].eq(frames[c])
+            with m.Switch(Cat(d4["laps_count"], d4["ipv6"]) if self._ipv6 else d4["laps_count"]):
+                for case, frame in frames.items():
+                    with m.Case(case):
+                        m.d.sync += d5["frame"].eq(frame)
         return d5
 
     def _checksum(self, m, adv, d5):
@@ -374,6 +389,7 @@ class LapsRxWire(wiring.Component):
         beat = Signal()
         hi = Signal(512)
         n1 = Signal(3)
+        v6 = Signal()           # the ACK in the output register is IPv6 (20 bytes more in its second beat)
         ack_free = ~o.tvalid | (o.tready & beat)
         with m.If(o.tvalid & o.tready):
             m.d.sync += beat.eq(~beat)
@@ -390,6 +406,10 @@ class LapsRxWire(wiring.Component):
         for c in range(1, 5):
             with m.If(n1 == c):
                 m.d.comb += keep1.eq((1 << (2 + 4 * c)) - 1)
+        if self._ipv6:
+            for c in range(5):
+                with m.If(v6 & (n1 == c)):
+                    m.d.comb += keep1.eq((1 << (22 + 4 * c)) - 1)
         lo512 = Signal(512)
         m.d.comb += [o.tdata.eq(Mux(beat, hi, lo512)), o.tkeep.eq(Mux(beat, keep1, (1 << 64) - 1))]
 
@@ -397,10 +417,15 @@ class LapsRxWire(wiring.Component):
         laps, probe, ack = d7["laps"], d7["laps_probe"], d7["laps_ack"]
         is_req = v & laps & ~ack                    # data or probe: answered
         is_ack = v & laps & ack                     # ACK or probe ACK: taken
-        make_ack = is_req & d7["ipv4"] & d7["ack_on"]
+        family = (d7["ipv4"] | d7["ipv6"]) if self._ipv6 else d7["ipv4"]
+        make_ack = is_req & family & d7["ack_on"]
         chk = Signal(16)
         m.d.comb += chk.eq(~(d7["e"][:16] + d7["e"][16]))
-        frame = d7["frame"] | (Cat(chk[8:], chk[:8]) << (8 * 24))
+        if self._ipv6:
+            # bytes 24-25 of an IPv6 ACK are its source address: no IPv4 header checksum there
+            frame = d7["frame"] | (Mux(d7["ipv6"], 0, Cat(chk[8:], chk[:8])) << (8 * 24))
+        else:
+            frame = d7["frame"] | (Cat(chk[8:], chk[:8]) << (8 * 24))
         want_upd = is_ack & d7["pid_ok"]
         want_loss = want_upd & ~probe
         # D8 waits only for the registers it loads; a bubble in D8 never waits
@@ -410,6 +435,8 @@ class LapsRxWire(wiring.Component):
             with m.If(make_ack):
                 m.d.sync += [o.tvalid.eq(1), beat.eq(0), lo512.eq(frame[:512]), hi.eq(frame[512:]),
                              n1.eq(d7["laps_count"])]
+                if self._ipv6:
+                    m.d.sync += v6.eq(d7["ipv6"])
             with m.If(is_ack & d7["pid_ok"]):
                 m.d.sync += [u.valid.eq(1), u.payload.pid.eq(d7["laps_pid"]), u.payload.owd.eq(d7["owd"]),
                              u.payload.now.eq(d7["t_rx"])]
@@ -435,19 +462,28 @@ class LapsRxWire(wiring.Component):
                     m.d.sync += counters[i].eq(counters[i] + 1)
 
 
-def _ack_bytes(f, c, laps_port):
-    """The ACK frame's 66 + 4c bytes (checksum 0) from the D4 fields, for an anchor count ``c``."""
+def _ack_bytes(f, c, laps_port, *, ipv6=False):
+    """The ACK frame's 66 + 4c bytes (IPv4, checksum 0) or 86 + 4c bytes (``ipv6``) from the D4 fields, for an
+    anchor count ``c``."""
     w_mac = f["macs"]
     total, udp_len = 52 + 4 * c, 32 + 4 * c
     anchors = [f["laps_anchors"][32 * (c - 1 - i):32 * (c - i)] for i in range(c)]
-    out = (_raw(w_mac, 6, 6) + _raw(w_mac, 0, 6) + [Const(_ETH_IPV4 >> 8, 8), Const(_ETH_IPV4 & 0xFF, 8)]
-           + [Const(0x45, 8), Const(0, 8), Const(total >> 8, 8), Const(total & 0xFF, 8), Const(0, 8), Const(0, 8),
-              Const(0x40, 8), Const(0, 8), f["ttl"], Const(_IP_UDP, 8), Const(0, 8), Const(0, 8)]
-           + _be(f["dst_ip"][:32], 4) + _be(f["src_ip"][:32], 4)
+    # the EtherType and the IP header
+    if ipv6:
+        # version 6, traffic class 0, flow label 0, payload length = the UDP length, UDP, hop limit = the TTL
+        l3 = ([Const(_ETH_IPV6 >> 8, 8), Const(_ETH_IPV6 & 0xFF, 8), Const(0x60, 8), Const(0, 8), Const(0, 8),
+               Const(0, 8), Const(udp_len >> 8, 8), Const(udp_len & 0xFF, 8), Const(_IP_UDP, 8), f["ttl"]]
+              + _be(f["dst_ip"], 16) + _be(f["src_ip"], 16))
+    else:
+        l3 = ([Const(_ETH_IPV4 >> 8, 8), Const(_ETH_IPV4 & 0xFF, 8)]
+              + [Const(0x45, 8), Const(0, 8), Const(total >> 8, 8), Const(total & 0xFF, 8), Const(0, 8),
+                 Const(0, 8), Const(0x40, 8), Const(0, 8), f["ttl"], Const(_IP_UDP, 8), Const(0, 8), Const(0, 8)]
+              + _be(f["dst_ip"][:32], 4) + _be(f["src_ip"][:32], 4))
+    out = (_raw(w_mac, 6, 6) + _raw(w_mac, 0, 6) + l3
            + _be(f["udp_sport"], 2) + [Const(laps_port >> 8, 8), Const(laps_port & 0xFF, 8),
                                        Const(udp_len >> 8, 8), Const(udp_len & 0xFF, 8), Const(0, 8), Const(0, 8)]
            + [Cat(Const(c, 4), Const(0, 2), Const(1, 1), f["laps_probe"]), Const(0, 8)]
            + _be(f["laps_pid"], 2) + _be(f["lat"], 6) + _raw(f["inner"], 0, 2)
            + [b for a in anchors for b in _be(a, 4)] + _raw(f["echo"], 0, ECHO_BYTES))
-    assert len(out) == 66 + 4 * c
+    assert len(out) == (86 if ipv6 else 66) + 4 * c
     return out

@@ -339,6 +339,7 @@ BLOCKS.append(Block(
         Param("k", 8, "PIT sub-tables (index 0 of each is no path)"),
         Param("depth", 256, "LAPS editor frame buffer, in 64-byte beats"),
         Param("laps_port", 0xC1A5, "UDP destination port of the LAPS shim"),
+        Param("ipv6", False, "answer IPv6 data frames and probes too (IPv6 ACKs); false: IPv4 only"),
     ],
     build=load("lbpipe.hdl.laps.rx_wire:LapsRxWire"),
     golden=load("lbpipe.sim.laps.rx_wire:LapsRxWireModel"),

@@ -9,6 +9,9 @@ latency and its saturation, the PIT update and the loss item, and the LAPS heade
 item or None, "loss": item or None}``; ``now`` is the NIC's clock at the frame's first beat. ``process(frame)``
 (pcap replay) is ``step`` at :attr:`now` (settable; the replay testbench drives the same constant), returning the
 host frame, then the ACK frame.
+
+With ``ipv6`` an IPv6 data frame or probe is answered by an IPv6 ACK (datasheet, "ACK frame"); without it IPv6
+frames are counted ``not_acked``.
 """
 
 from lbpipe.hdl.laps.rx_wire import check_parameters
@@ -30,9 +33,9 @@ _OWD_MAX = 0xFFFF_FFFE
 class LapsRxWireModel:
     """Frames in, frames and items out, as :class:`lbpipe.hdl.laps.rx_wire.LapsRxWire`."""
 
-    def __init__(self, *, n_entries=8192, k=8, depth=256, laps_port=LAPS_PORT):
-        check_parameters(n_entries=n_entries, k=k, depth=depth, laps_port=laps_port)
-        self.n_entries, self.sub, self.laps_port = n_entries, n_entries // k, laps_port
+    def __init__(self, *, n_entries=8192, k=8, depth=256, laps_port=LAPS_PORT, ipv6=False):
+        check_parameters(n_entries=n_entries, k=k, depth=depth, laps_port=laps_port, ipv6=ipv6)
+        self.n_entries, self.sub, self.laps_port, self.ipv6 = n_entries, n_entries // k, laps_port, ipv6
         self.editor = LapsEditor(depth=depth, laps_port=laps_port, cut_through=True)
         self.ack_on, self.ttl = 1, 64           # the power-up configuration; reset keeps what ctl wrote
         self.now = REPLAY_NOW
@@ -77,7 +80,7 @@ class LapsRxWireModel:
             c["bad_pid"] += not pid_ok
             c["future"] += future
             if not ack:
-                if meta["ipv4"] and self.ack_on:
+                if (meta["ipv4"] or (self.ipv6 and meta["ipv6"])) and self.ack_on:
                     out["ack"] = self._ack(frame, meta, latency, echo, window[h + 10:h + 12])
                     c["probes_answered" if probe else "acked"] += 1
                 else:
@@ -104,17 +107,26 @@ class LapsRxWireModel:
     def _ack(self, frame, meta, latency, echo, inner):
         n = meta["laps_count"]
         to_mac, from_mac = frame[6:12], frame[0:6]       # the data's source is the ACK's destination
-        sip, dip = meta["dst_ip"].to_bytes(4, "big"), meta["src_ip"].to_bytes(4, "big")
-        total = 20 + 8 + 12 + 4 * n + 12
-        ip = bytearray(bytes([0x45, 0]) + total.to_bytes(2, "big") + bytes(2) + b"\x40\x00"
-                       + bytes([self.ttl, 17]) + bytes(2) + sip + dip)
-        s = sum(int.from_bytes(ip[i:i + 2], "big") for i in range(0, 20, 2))
-        while s > 0xFFFF:
-            s = (s & 0xFFFF) + (s >> 16)
-        ip[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+        udp_len = 8 + 12 + 4 * n + 12
+        if meta["ipv6"]:
+            # traffic class and flow label 0, payload length = the UDP length, UDP, hop limit = the TTL; the UDP
+            # checksum stays 0 (datasheet)
+            sip, dip = meta["dst_ip"].to_bytes(16, "big"), meta["src_ip"].to_bytes(16, "big")
+            ethertype = b"\x86\xdd"
+            ip = bytes([0x60, 0, 0, 0]) + udp_len.to_bytes(2, "big") + bytes([17, self.ttl]) + sip + dip
+        else:
+            sip, dip = meta["dst_ip"].to_bytes(4, "big"), meta["src_ip"].to_bytes(4, "big")
+            ethertype = b"\x08\x00"
+            total = 20 + udp_len
+            ip = bytearray(bytes([0x45, 0]) + total.to_bytes(2, "big") + bytes(2) + b"\x40\x00"
+                           + bytes([self.ttl, 17]) + bytes(2) + sip + dip)
+            s = sum(int.from_bytes(ip[i:i + 2], "big") for i in range(0, 20, 2))
+            while s > 0xFFFF:
+                s = (s & 0xFFFF) + (s >> 16)
+            ip[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
         udp = meta["udp_sport"].to_bytes(2, "big") + self.laps_port.to_bytes(2, "big") + \
-            (total - 20).to_bytes(2, "big") + bytes(2)
+            udp_len.to_bytes(2, "big") + bytes(2)
         anchors = [(meta["laps_anchors"] >> (32 * i)) & 0xFFFF_FFFF for i in range(n)]
         hdr = bytes([meta["laps_probe"] << 7 | 1 << 6 | n, 0]) + meta["laps_pid"].to_bytes(2, "big") + \
             latency.to_bytes(6, "big") + inner + b"".join(a.to_bytes(4, "big") for a in reversed(anchors))
-        return to_mac + from_mac + b"\x08\x00" + bytes(ip) + udp + hdr + echo
+        return to_mac + from_mac + ethertype + bytes(ip) + udp + hdr + echo

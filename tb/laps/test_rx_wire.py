@@ -3,7 +3,8 @@
 The DUT is :class:`lbpipe.boards.top.FlatTop` around it, parameters in ``LBPIPE_PARAMS`` (JSON). The testbench drives
 ``now`` (4 ns a clock from ``NOW0`` plus an offset), records ``now`` at every frame's first beat taken, and checks
 all four outputs (``m_axis``, ``m_ack``, ``upd``, ``loss``) against the golden model run with those times; frames are
-built with scapy. Back-pressure is applied on every output.
+built with scapy. Back-pressure is applied on every output. With ``ipv6`` in the parameters the traffic carries IPv6
+data frames, probes and ACKs (random addresses, VLAN tags), which the DUT then answers.
 """
 
 import json
@@ -26,9 +27,10 @@ def _params():
 
 
 def data_frame(rng, *, probe=0, ack=0, pid=None, time=None, anchors=None, v6=False, tags=(), ip_options=0,
-               payload_len=None, n_entries=64, k=8, flow=None, seq=None, inner=True):
+               payload_len=None, n_entries=64, k=8, flow=None, seq=None, inner=True, addrs=None):
     """A LAPS frame built with scapy: inner RoCEv2 BTH (flow = destination QP, seq = PSN) after the LAPS header
-    (none without ``inner``), the inner port 4791 in the header's reserved bytes."""
+    (none without ``inner``), the inner port 4791 in the header's reserved bytes. ``addrs``: (source,
+    destination) instead of the fixed IPv6 pair or the random IPv4 one."""
     from scapy.contrib.roce import BTH
     from scapy.packet import Raw
     from lbpipe.tb.lib.packets import LapsHeader, laps_frame
@@ -39,7 +41,10 @@ def data_frame(rng, *, probe=0, ack=0, pid=None, time=None, anchors=None, v6=Fal
         time = NOW0 - rng.randrange(0, 200_000)
     if anchors is None:
         anchors = [rng.randrange(1 << 32) for _ in range(rng.randrange(5))]
-    src, dst = ("fd00::1", "fd00::2") if v6 else (f"10.0.{rng.randrange(256)}.1", f"10.1.{rng.randrange(256)}.2")
+    if addrs is not None:
+        src, dst = addrs
+    else:
+        src, dst = ("fd00::1", "fd00::2") if v6 else (f"10.0.{rng.randrange(256)}.1", f"10.1.{rng.randrange(256)}.2")
     pkt = laps_frame(src, dst, probe=probe, ack=ack, pid=pid, time=time, anchors=anchors, tags=tags,
                      ip_options=ip_options, sport=rng.randrange(1 << 16),
                      src_mac=f"02:00:00:00:{rng.randrange(256):02x}:01", dst_mac="02:00:00:00:00:02")
@@ -52,36 +57,46 @@ def data_frame(rng, *, probe=0, ack=0, pid=None, time=None, anchors=None, v6=Fal
     return bytes(pkt / inner)
 
 
-def mixed_frames(rng, count, *, n_entries, k, sizes=None, long_probes=False):
+def _v6_addrs(rng):
+    """A random IPv6 source and destination (every 16-bit group drawn, so a swapped or cut address shows)."""
+    return tuple(":".join(f"{rng.randrange(1 << 16):x}" for _ in range(8)) for _ in range(2))
+
+
+def mixed_frames(rng, count, *, n_entries, k, sizes=None, long_probes=False, ipv6=False):
     """Data, probes, ACKs, probe ACKs (some duplicated), non-LAPS, malformed and truncated LAPS, IPv6, bad pids,
     send times from the future, tags and IPv4 options. ``long_probes``: probes of two beats (3 or 4 anchors), so
-    that no one-beat frame asks for a two-beat ACK (what limits line rate, datasheet)."""
+    that no one-beat frame asks for a two-beat ACK (what limits line rate, datasheet). ``ipv6``: 40 % of the data
+    frames, probes, ACKs, bad-pid and future-time frames are IPv6 with random addresses (some VLAN-tagged); without
+    it the same draws as before (the IPv6 frames fixed-address data frames only)."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
     frames = []
     for n in range(count):
         r = rng.random()
-        opts = dict(n_entries=n_entries, k=k)
+        six = {}
+        if ipv6 and rng.random() < 0.4:
+            six = dict(v6=True, addrs=_v6_addrs(rng), tags=rng.choice([(), (), (0x8100,), (0x88A8, 0x8100)]))
+        opts = dict(n_entries=n_entries, k=k, **(six if r < 0.8 else {}))
         if sizes:
             opts["payload_len"] = sizes[n % len(sizes)]
         if r < 0.35:
             f = data_frame(rng, **opts)
         elif r < 0.45:
             anchors = [rng.randrange(1 << 32) for _ in range(rng.randrange(3, 5) if long_probes else rng.randrange(5))]
-            f = data_frame(rng, probe=1, anchors=anchors, inner=False, n_entries=n_entries, k=k)
+            f = data_frame(rng, probe=1, anchors=anchors, inner=False, n_entries=n_entries, k=k, **six)
         elif r < 0.6:
             f = data_frame(rng, ack=1, **opts)
             if rng.random() < 0.3:
                 frames.append(f)                   # a duplicated ACK
         elif r < 0.65:
-            f = data_frame(rng, probe=1, ack=1, inner=False, n_entries=n_entries, k=k)
+            f = data_frame(rng, probe=1, ack=1, inner=False, n_entries=n_entries, k=k, **six)
         elif r < 0.7:
             f = data_frame(rng, ack=rng.randrange(2), pid=rng.choice([0, n_entries, 0xFFFF, n_entries // k]), **opts)
         elif r < 0.75:
             f = data_frame(rng, ack=rng.randrange(2), time=NOW0 + rng.randrange(1, 1 << 30), **opts)
         elif r < 0.8:
-            f = data_frame(rng, v6=True, **opts)
+            f = data_frame(rng, **dict(opts, v6=True))
         elif r < 0.85:
             f = data_frame(rng, tags=rng.choice([(0x8100,), (0x88A8, 0x8100)]), ip_options=rng.choice([0, 8, 40]),
                            **opts)
@@ -209,8 +224,12 @@ async def frames_with_stalls(dut):
     outputs: every output and counter as the golden model."""
     tb, model = await _setup(dut, stalls=True, seed=1)
     p = _params()
-    frames = mixed_frames(tb.rng, 150, n_entries=p["n_entries"], k=p["k"])
-    errors, _ = await tb.run_and_check(model, frames)
+    frames = mixed_frames(tb.rng, 150, n_entries=p["n_entries"], k=p["k"], ipv6=p.get("ipv6", False))
+    errors, outs = await tb.run_and_check(model, frames)
+    v6 = [o["ack"][62] >> 7 for o in outs if o["ack"] and o["ack"][12:14] == b"\x86\xdd"]
+    dut._log.info("%d ACKs, %d IPv6 (%d of probes)", sum(1 for o in outs if o["ack"]), len(v6), sum(v6))
+    if p.get("ipv6") and not (0 < sum(v6) < len(v6)):
+        errors.append(f"IPv6 ACKs of data and of probes expected, not {len(v6) - sum(v6)} and {sum(v6)}")
     assert not errors, "\n".join(errors[:10])
 
 
@@ -244,7 +263,7 @@ async def line_rate(dut):
     p = _params()
     tb, model = await _setup(dut, stalls=False, seed=2)
     frames = mixed_frames(tb.rng, 80, n_entries=p["n_entries"], k=p["k"], sizes=[0, 3, 60, 200, 1400, 4000],
-                          long_probes=True)
+                          long_probes=True, ipv6=p.get("ipv6", False))
     total = sum(-(-len(f) // 64) for f in frames)
     accepted = tb.count_accepted(total)
     errors, _ = await tb.run_and_check(model, frames)
@@ -284,13 +303,15 @@ async def ack_latency(dut):
 @cocotb.test()
 async def reset_mid_traffic(dut):
     """Reset with frames in flight: afterwards the counters read 0, no item or frame of before leaves, the ctl
-    configuration written before survives, and the rest of the traffic matches a freshly reset golden model."""
+    configuration written before survives (the TTL in IPv4 ACKs, the hop limit in IPv6 ones), and the rest of the
+    traffic matches a freshly reset golden model."""
     p = _params()
     tb, model = await _setup(dut, stalls=True, seed=5)
     cmd = {"table": 0, "index": 0, "data": 1 | 33 << 8}
     await tb.control(cmd)
     model.control(cmd)
-    await tb.reset_in_flight(mixed_frames(tb.rng, 30, n_entries=p["n_entries"], k=p["k"]), 20 + tb.rng.randrange(60))
+    await tb.reset_in_flight(mixed_frames(tb.rng, 30, n_entries=p["n_entries"], k=p["k"], ipv6=p.get("ipv6", False)),
+                             20 + tb.rng.randrange(60))
     await ClockCycles(dut.clk, 5)
     tb.clear_outputs()
     model.reset()
@@ -298,10 +319,10 @@ async def reset_mid_traffic(dut):
     counters = [await tb.axil.read_dword(0x40 + 4 * i) for i in range(len(model.stats()))]
     if any(counters):
         errors.append(f"counters after reset {counters}")
-    frames = mixed_frames(tb.rng, 40, n_entries=p["n_entries"], k=p["k"])
+    frames = mixed_frames(tb.rng, 40, n_entries=p["n_entries"], k=p["k"], ipv6=p.get("ipv6", False))
     e, outs = await tb.run_and_check(model, frames)
     errors += e
-    ttls = {o["ack"][22] for o in outs if o["ack"]}
+    ttls = {o["ack"][21 if o["ack"][12:14] == b"\x86\xdd" else 22] for o in outs if o["ack"]}
     if ttls and ttls != {33}:
         errors.append(f"ACK TTLs after reset {ttls}: the configuration did not survive")
     assert not errors, "\n".join(errors[:10])
@@ -310,7 +331,8 @@ async def reset_mid_traffic(dut):
 def pcap_trace(seed, n_frames, **params):
     """``lbpipe trace laps-rx-wire``: no commands, ``n_frames`` of :func:`mixed_frames` (send times around
     :data:`NOW0`, the clock value replay holds ``now`` at)."""
-    return [], mixed_frames(random.Random(seed), n_frames, n_entries=params["n_entries"], k=params["k"])
+    return [], mixed_frames(random.Random(seed), n_frames, n_entries=params["n_entries"], k=params["k"],
+                            ipv6=params.get("ipv6", False))
 
 
 @cocotb.test()
