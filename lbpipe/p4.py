@@ -586,8 +586,8 @@ def crc16(data):
 
 
 def flb_edge_params(params):
-    """The ``flb-route`` parameters with their defaults, checked against what p4/flb_edge.p4 models; raises
-    ValueError with one line for the others."""
+    """The ``flb-route`` parameters with their defaults, checked against what p4/flb_edge.p4 models (every
+    ``margin`` the block takes at 16-bit ticks); raises ValueError with one line for the others."""
     full = {"n_flows": 65536, "n_dests": 16, "n_paths": 8, "time_bits": 16, "delay_bits": 16, "timeout": 4096,
             "margin": 0}
     if params.get("upd"):
@@ -604,9 +604,6 @@ def flb_edge_params(params):
             full["n_paths"] > FLB_MAX_PATHS or full["n_dests"] > FLB_MAX_DESTS:
         raise ValueError(f"flb_edge.p4 models n_flows 65536 (CRC16), 16-bit ticks and delays, n_paths <= "
                          f"{FLB_MAX_PATHS} and n_dests <= {FLB_MAX_DESTS}")
-    if full["margin"] != 0:
-        raise ValueError("flb_edge.p4 models flb-route's window with margin 0 (a move when the delay difference is "
-                         "at most gap - 1)")
     return full
 
 
@@ -621,10 +618,10 @@ def _flb_ctl(cmd):
 
 
 def flb_edge_commands(ctl, params, routes):
-    """``simple_switch_CLI`` lines for p4/flb_edge.p4: the configuration, the routes (``(prefix, length, dest)``:
-    ``dest_edge`` LPM entries), and the delay and isolation registers from ``flb-route`` control commands applied in
-    order with the block's rules (table 0 DELAY ``dest << 4 | path``, table 1 ISOLATE ``dest``; an out-of-range
-    destination, path or value, or another table, changes nothing; the last write wins)."""
+    """``simple_switch_CLI`` lines for p4/flb_edge.p4: the configuration (``margin`` last), the routes (``(prefix,
+    length, dest)``: ``dest_edge`` LPM entries), and the delay and isolation registers from ``flb-route`` control
+    commands applied in order with the block's rules (table 0 DELAY ``dest << 4 | path``, table 1 ISOLATE ``dest``;
+    an out-of-range destination, path or value, or another table, changes nothing; the last write wins)."""
     p = flb_edge_params(params)
     delay, isolated = {}, {}
     for cmd in ctl:
@@ -633,7 +630,7 @@ def flb_edge_commands(ctl, params, routes):
             delay[(index >> 4) * FLB_MAX_PATHS + (index & 15)] = data
         elif table == 1 and index < p["n_dests"] and data < 1 << p["n_paths"]:
             isolated[index] = data
-    lines = [f"table_set_default flb_config set_config {p['n_paths']} {p['n_dests']} {p['timeout']}"]
+    lines = [f"table_set_default flb_config set_config {p['n_paths']} {p['n_dests']} {p['timeout']} {p['margin']}"]
     lines += [f"table_add dest_edge set_dest {prefix}/{length} => {dest}" for prefix, length, dest in routes]
     lines += [f"register_write r_delay {i} {delay[i]}" for i in sorted(delay)]
     lines += [f"register_write r_isolated {i} {isolated[i]}" for i in sorted(isolated)]

@@ -6,9 +6,11 @@
 // table); dest = the destination edge switch, from an LPM table on the IPv4 destination; now = the timer tick.
 // The flow table (its previous packet's tick and its path) lives in one register array indexed by the flow. A flow
 // with no entry, or idle `timeout` ticks or more, is new: the minimum-delay path outside dest's isolated set. An
-// existing flow on path p with gap dt moves to the fastest eligible p' with 0 < delay(p) - delay(p') < dt, else
-// stays; off an isolated path it takes the fastest eligible p' with delay(p) - delay(p') < dt, else the fastest
-// eligible path. Ties go to the lowest path index; when every path is isolated, isolation is ignored.
+// existing flow on path p with gap dt moves to the fastest eligible p' with 0 < delay(p) - delay(p') < dt - margin,
+// else stays; off an isolated path it takes the fastest eligible p' slower than p or with delay(p) - delay(p') <
+// dt - margin, else the fastest eligible path. Ties go to the lowest path index; when every path is isolated,
+// isolation is ignored. `margin` (ticks, 0 by default: the paper's window) is flb-route's: "< dt - margin" on
+// integer ticks is its "<= dt - 1 - margin" (docs/flb_route.md, "Tick rounding and margin").
 //
 // Test harness header (`flb_tick_t`, EtherType 0x88B5, IEEE 802 local experimental, between Ethernet and IPv4):
 // bmv2's clock cannot be set from a test, so the tick comes in the frame (op 0), and the decision goes back out
@@ -18,7 +20,7 @@
 // ingress_global_timestamp (bmv2: microseconds) >> TICK_SHIFT and leave on path_port's port for their path.
 //
 // Control plane (lbpipe/p4.py flb_edge_commands writes it from the same `ctl` commands as the RTL):
-//   table_set_default flb_config set_config N_PATHS N_DESTS TIMEOUT   (default 8 16 4096)
+//   table_set_default flb_config set_config N_PATHS N_DESTS TIMEOUT MARGIN   (default 8 16 4096 0)
 //   table_add dest_edge set_dest PREFIX/LEN => DEST                    (a miss: no route, dest 0xFFFF)
 //   register_write r_delay DEST*8+PATH DELAY                           (ctl table 0)
 //   register_write r_isolated DEST MASK                                (ctl table 1)
@@ -56,7 +58,7 @@ header ports_t { bit<16> sport; bit<16> dport; }                    // TCP's and
 struct headers_t { ethernet_t eth; flb_tick_t tick; ipv4_t ipv4; ipv4_opts_t ipv4_opts; ports_t ports; }
 
 struct meta_t {
-    bit<8> n_paths; bit<16> n_dests; bit<32> timeout;
+    bit<8> n_paths; bit<16> n_dests; bit<32> timeout; bit<16> margin;
     bit<16> flow; bit<16> dest; bit<16> now;
     bit<16> d0; bit<16> d1; bit<16> d2; bit<16> d3; bit<16> d4; bit<16> d5; bit<16> d6; bit<16> d7;
     bit<16> dcur; bit<16> gap; bit<8> cur;
@@ -97,10 +99,10 @@ control FlbIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
     register<bit<16>>(MAX_DESTS * MAX_PATHS) r_delay;   // dest * 8 + path: queueing delay in ticks
     register<bit<8>>(MAX_DESTS) r_isolated;             // dest: mask of isolated paths
 
-    action set_config(bit<8> n_paths, bit<16> n_dests, bit<32> timeout) {
-        m.n_paths = n_paths; m.n_dests = n_dests; m.timeout = timeout;
+    action set_config(bit<8> n_paths, bit<16> n_dests, bit<32> timeout, bit<16> margin) {
+        m.n_paths = n_paths; m.n_dests = n_dests; m.timeout = timeout; m.margin = margin;
     }
-    table flb_config { actions = { set_config; } default_action = set_config(8, 16, 4096); }
+    table flb_config { actions = { set_config; } default_action = set_config(8, 16, 4096, 0); }
 
     action set_dest(bit<16> dest) { m.dest = dest; }
     action no_route() { m.dest = NO_DEST; }
@@ -130,10 +132,14 @@ control FlbIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t 
 
 // Path Q joins the candidates when eligible and COND holds (DQ its delay).
 #define MEMBER(Q, DQ, COND) if (m.elig[Q:Q] == 1 && (COND)) { m.cand = m.cand | (8w1 << Q); }
-// The window of Algorithm 1, 0 < delay(p) - delay(q) < gap, in unsigned terms.
-#define IN_WINDOW(DQ) (DQ < m.dcur && (bit<18>)m.dcur < (bit<18>)DQ + (bit<18>)m.gap)
-// Cannot overtake the previous packet: delay(p) - delay(q) < gap.
-#define SAFE(DQ) ((bit<18>)m.dcur < (bit<18>)DQ + (bit<18>)m.gap)
+// Within the bound: delay(p) - delay(q) < gap - margin, as delay(p) + margin < delay(q) + gap in 18-bit sums (no
+// wrap: each side is below 2^17; gap - margin may be negative: a gap at or below the margin admits no faster path).
+#define WITHIN(DQ) ((bit<18>)m.dcur + (bit<18>)m.margin < (bit<18>)DQ + (bit<18>)m.gap)
+// The window of Algorithm 1, 0 < delay(p) - delay(q) < gap - margin.
+#define IN_WINDOW(DQ) (DQ < m.dcur && WITHIN(DQ))
+// Cannot overtake the previous packet: q slower than p (whatever the margin), or within the bound. With margin 0
+// a slower q is always within the bound; with a margin it need not be (gap 0, q one tick slower, margin 1).
+#define SAFE(DQ) (DQ > m.dcur || WITHIN(DQ))
 // The fastest candidate, ties to the lowest index (strict <, in index order).
 #define PICK(Q, DQ) if (m.cand[Q:Q] == 1 && (bit<17>)DQ < m.best_d) { m.best_d = (bit<17>)DQ; m.path = Q; }
 

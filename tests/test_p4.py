@@ -459,7 +459,7 @@ def test_flb_commands_from_ctl():
            {"table": 1, "index": 1, "data": 0b1010}, {"table": 1, "index": 2, "data": 0b10000},
            {"table": 1, "index": 3, "data": 1}, {"table": 2, "index": 0, "data": 5}]
     assert p4.flb_edge_commands(ctl, params, [("10.0.0.0", 8, 2)]) == [
-        "table_set_default flb_config set_config 4 3 50",
+        "table_set_default flb_config set_config 4 3 50 0",
         "table_add dest_edge set_dest 10.0.0.0/8 => 2",
         "register_write r_delay 1 65535",
         "register_write r_delay 19 9",
@@ -471,11 +471,16 @@ def test_flb_commands_from_ctl():
             p4.flb_edge_commands([], dict(params, **bad), [])
     with pytest.raises(ValueError, match="without its upd stream"):      # the program has no upd stream
         p4.flb_edge_commands([], dict(params, upd=True), [])
-    assert p4.flb_edge_commands([], dict(params, upd=False), [])[0] == "table_set_default flb_config set_config 4 3 50"
-    # the program's window is flb-route's with margin 0 (docs/flb_route.md): the registry passes the parameter
-    assert p4.flb_edge_commands([], dict(params, margin=0), [])[0] == "table_set_default flb_config set_config 4 3 50"
-    with pytest.raises(ValueError, match="margin 0"):
-        p4.flb_edge_commands([], dict(params, margin=1), [])
+    assert p4.flb_edge_commands([], dict(params, upd=False), [])[0] == \
+        "table_set_default flb_config set_config 4 3 50 0"
+    # flb-route's margin is set_config's last argument: 0 to 2^16 - 1 at 16-bit ticks (docs/flb_route.md)
+    for margin in (1, 2, 65535):
+        line = p4.flb_edge_commands([], dict(params, margin=margin), [])[0]
+        assert line == f"table_set_default flb_config set_config 4 3 50 {margin}"
+    for margin in (-1, 65536):
+        with pytest.raises(ValueError, match="margin") as info:
+            p4.flb_edge_commands([], dict(params, margin=margin), [])
+        assert "\n" not in str(info.value)
     with pytest.raises(ValueError):
         p4.flb_edge_commands([{"table": 0, "index": 1 << 24, "data": 0}], params, [])
     with pytest.raises(ValueError, match="metadata block"):
@@ -487,7 +492,8 @@ def test_flb_commands_from_ctl():
 @pytest.mark.parametrize("name", TESTS_FLB)
 def test_flb_stored_files_match_golden(name):
     """commands.txt comes from ctl.jsonl and the routes through lbpipe/p4.py; packets_out.pcap and trace.jsonl are
-    what this file re-derives from packets_in.pcap."""
+    what this file re-derives from packets_in.pcap (``flb-margin*``: packets_out.pcap holds the decisions worked by
+    hand in make_flb_tests.py ``margin_cases``, so the golden model is checked against them here)."""
     test, frames, outs = _flb_expected(name)
     routes = [tuple(r) for r in json.loads((test["dir"] / "test.json").read_text())["routes"]]
     assert test["commands"] == p4.flb_edge_commands(_ctl(name), test["params"], routes)
@@ -525,6 +531,27 @@ def test_cli_replay_items_bmv2(tools, tmp_path, block, test_dir):
                                "--engine", engine, "-o", str(outs[engine])], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert read_events(outs["bmv2"]) == read_events(outs["golden"])
+
+
+def test_cli_replay_flb_margin_bmv2(tools, tmp_path):
+    """A random ``lbpipe trace flb-route --param margin=1`` trace (seed 20, 400 packets, 4 paths, timeout 16: chosen
+    for the packets whose decision the margin changes: 13 against margin 0, at least 8 checked) through ``lbpipe
+    replay --engine bmv2``: the items the golden engine writes (one bmv2 run; about 11 s in all)."""
+    flags = [a for kv in ("n_paths=4", "n_dests=2", "timeout=16") for a in ("--param", kv)]
+    trace = tmp_path / "trace.jsonl"
+    done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "trace", "flb-route", *flags, "--param", "margin=1",
+                           "--seed", "20", "-n", "400", "-o", str(trace)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    outs = {}
+    for engine, margin in (("bmv2", 1), ("golden", 1), ("golden", 0)):
+        outs[engine, margin] = tmp_path / f"{engine}{margin}.jsonl"
+        done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "flb-route", str(trace), *flags,
+                               "--param", f"margin={margin}", "--engine", engine, "-o", str(outs[engine, margin])],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    got, want = read_events(outs["bmv2", 1]), read_events(outs["golden", 1])
+    assert got == want
+    assert sum(a != b for a, b in zip(want, read_events(outs["golden", 0]))) >= 8, "the margin must decide packets"
 
 
 # -- Themis-D with control commands between frames (in-band command frames) ----------------------------------------

@@ -8,6 +8,7 @@ Each directory p4/sim/test-flb-<name>/ holds, as the Themis ones (make_tests.py)
                     commands after the first packet in-band (op 1)
   commands.txt      simple_switch_CLI commands, from ctl.jsonl and the routes by lbpipe/p4.py
   packets_out.pcap  the expected frames out: each packet with the golden model's decision in its harness header
+                    (test-flb-margin1, -margin2: the decisions worked by hand in margin_cases)
 
 The golden model (sim/flb/route.py) is fed each packet's flow (the CRC16 of its 5-tuple), destination (the routes'
 longest prefix; none: 0xFFFF, out of range) and tick. tests/test_p4.py re-derives all of it from packets_in.pcap.
@@ -203,12 +204,121 @@ def mixed():
                    "lbpipe trace flb-route --param n_paths=8 --param timeout=256 --seed 7 -n 300, as frames")
 
 
+MARGIN_PARAMS = dict(n_paths=4, n_dests=4, timeout=100)
+MARGIN_ROUTES = [(f"10.0.{d}.0", 24, d) for d in range(4)]
+
+
+def margin_cases():
+    """Hand-worked at ``margin`` 1 and 2 (N = 4 paths, 4 destinations, timeout 100): ``(initial ctl, steps)`` as
+    :func:`cases`, each packet step with a fifth element ``{margin: (path, new, rerouted)}`` worked out here from
+    the datasheet's rule (docs/flb_route.md): an existing flow on an eligible path ``p`` with gap ``g`` moves to the
+    fastest eligible ``q`` with ``0 < D <= g - 1 - margin`` (``D = delay(p) - delay(q)``), else stays; off an
+    isolated ``p`` it takes the fastest eligible ``q`` with ``D < 0`` or ``D <= g - 1 - margin``, else the fastest
+    eligible path. The comments give margin 0's decision where the margin changes it."""
+    delays = {0: (10, 20, 30, 40), 1: (30, 20, 40, 1), 2: (10, 11, 12, 13), 3: (20, 10, 21, 50)}
+    ctl = [{"table": 0, "index": d << 4 | q, "data": v} for d, row in delays.items() for q, v in enumerate(row)]
+
+    def pkt(name, dest, sport):
+        return IP(src=f"10.2.0.{name}", dst=f"10.0.{dest}.9") / UDP(sport=sport, dport=4791)
+
+    def delay(dest, path, value):
+        return ("ctl", {"table": 0, "index": dest << 4 | path, "data": value})
+
+    def isolate(dest, mask):
+        return ("ctl", {"table": 1, "index": dest, "data": mask})
+
+    A, B, C, E, F = pkt(1, 0, 101), pkt(2, 0, 102), pkt(3, 1, 103), pkt(4, 1, 104), pkt(5, 2, 105)
+    G, H, K, J = pkt(6, 3, 106), pkt(7, 3, 107), pkt(8, 3, 108), pkt(9, 3, 109)
+
+    def new(q):                                     # a new flow: the fastest eligible path, whatever the margin
+        return {1: (q, 1, 0), 2: (q, 1, 0)}
+
+    steps = [
+        ("pkt", 1000, A, 1, new(0)),                     # destination 0 [10, 20, 30, 40]: new, path 0
+        delay(0, 0, 25),                                 # [25, 20, 30, 40]
+        # gap 6, path 1 faster by 5 = gap - 1 (the only faster path): margin 0 moves to 1; 1 and 2 stay
+        ("pkt", 1006, A, 1, {1: (0, 0, 0), 2: (0, 0, 0)}),
+        ("pkt", 1010, B, 1, new(1)),                     # new: path 1 (20)
+        delay(0, 2, 18),                                 # [25, 20, 18, 40]
+        # gap 4, path 2 faster by 2 = gap - 2: margins 0 and 1 move to 2, margin 2 stays
+        ("pkt", 1014, B, 1, {1: (2, 0, 1), 2: (1, 0, 0)}),
+        ("pkt", 1020, C, 1, new(3)),                     # destination 1 [30, 20, 40, 1]: new, path 3
+        delay(1, 3, 40),                                 # [30, 20, 40, 40]
+        # gap 21: path 1 faster by 20 = gap - 1, path 0 by 10: margin 0 takes 1 (the fastest in its window),
+        # margins 1 and 2 the next one, 0
+        ("pkt", 1041, C, 1, {1: (0, 0, 1), 2: (0, 0, 1)}),
+        ("pkt", 1050, E, 1, new(1)),                     # new: path 1 (20)
+        delay(1, 1, 35),                                 # [30, 35, 40, 40]
+        # gap 8, path 0 faster by 5 = gap - 3: moves whatever the margin
+        ("pkt", 1058, E, 1, {1: (0, 0, 1), 2: (0, 0, 1)}),
+        ("pkt", 1100, F, 1, new(0)),                     # destination 2 [10, 11, 12, 13]: new, path 0
+        delay(2, 0, 12),                                 # [12, 11, 12, 13]: path 1 faster by 1
+        ("pkt", 1100, F, 1, {1: (0, 0, 0), 2: (0, 0, 0)}),   # gap 0 (below both margins): stays
+        ("pkt", 1101, F, 1, {1: (0, 0, 0), 2: (0, 0, 0)}),   # gap 1 (below margin 2): stays
+        # gap 2: 1 <= 2 - 1 - margin at margin 0 only (moves to 1); stays at 1, and at 2 (gap = margin)
+        ("pkt", 1103, F, 1, {1: (0, 0, 0), 2: (0, 0, 0)}),
+        ("pkt", 1106, F, 1, {1: (1, 0, 1), 2: (0, 0, 0)}),   # gap 3: 1 <= 3 - 2 at margin 1; not at 2
+        ("pkt", 1110, F, 1, {1: (1, 0, 0), 2: (1, 0, 1)}),   # gap 4: margin 2 moves; margin 1 is on 1, stays
+        ("pkt", 1190, H, 1, new(1)),                     # destination 3 [20, 10, 21, 50]: new, path 1
+        ("pkt", 1195, K, 1, new(1)),
+        ("pkt", 1200, G, 1, new(1)),
+        delay(3, 0, 10), delay(3, 1, 20), isolate(3, 0b0010),    # [10, 20, 21, 50], path 1 isolated
+        # off isolated path 1 (20), gap 0: path 0 is faster by 10, path 2 slower by 1, path 3 by 30: only the
+        # slower paths are safe, at every margin: path 2 (without the slower-path clause, path 2 fails the bound
+        # -1 - margin at margins 1 and 2 and path 3 is taken)
+        ("pkt", 1200, G, 1, {1: (2, 0, 1), 2: (2, 0, 1)}),
+        # gap 11: path 0 faster by 10 = gap - 1: safe at margin 0 only (path 0); else path 2
+        ("pkt", 1201, H, 1, {1: (2, 0, 1), 2: (2, 0, 1)}),
+        # gap 12: path 0 faster by 10 = gap - 2: safe at margins 0 and 1 (path 0); at 2 not: path 2
+        ("pkt", 1207, K, 1, {1: (0, 0, 1), 2: (2, 0, 1)}),
+        ("pkt", 1300, J, 1, new(0)),                     # eligible {0, 2, 3}: new, path 0 (10)
+        isolate(3, 0b0001), delay(3, 0, 30), delay(3, 3, 25),    # [30, 20, 21, 25], path 0 isolated
+        # off isolated path 0 (30), gap 6: paths 1, 2, 3 faster by 10, 9, 5, none slower; margin 0: path 3
+        # (5 <= 5); margins 1 and 2: no path safe, the fastest eligible, path 1
+        ("pkt", 1306, J, 1, {1: (1, 0, 1), 2: (1, 0, 1)}),
+        ("pkt", 1406, J, 1, new(1)),                     # gap 100 = timeout: new, the fastest eligible (1)
+    ]
+    return ctl, steps
+
+
+def write_margin_test(margin):
+    """:func:`margin_cases` at ``margin`` as p4/sim/test-flb-margin<margin>/; the expected frames carry the decisions
+    worked out by hand in :func:`margin_cases` (not the golden model's: tests/test_p4.py checks the golden model
+    against them, and bmv2 against the golden model)."""
+    params = dict(MARGIN_PARAMS, margin=margin)
+    (HERE / f"test-flb-margin{margin}").mkdir(exist_ok=True)
+    ctl, steps = margin_cases()
+    flows = {_flow(s[2]) for s in steps if s[0] == "pkt"}
+    assert len(flows) == len({(s[2].src, s[2].dst, s[2][UDP].sport) for s in steps if s[0] == "pkt"}), \
+        "two flows share a CRC16"
+    frames, out, events = [], [], [{"ctl": c} for c in ctl]
+    for tag, step in enumerate(steps):
+        if step[0] == "ctl":
+            cmd = step[1]
+            events.append({"ctl": cmd})
+            frames.append(_frame(flb_tick(1, table=cmd["table"], index=cmd["index"], data=cmd["data"]), bytes(32)))
+            continue
+        _, now, l3, kind, want = step
+        item = {"kind": kind, "flow": _flow(l3), "dest": _dest(MARGIN_ROUTES, l3.dst), "now": now, "tag": tag}
+        frame = _frame(flb_tick(0, kind=kind, tag=tag, now=now), l3)
+        events.append({"item": item})
+        frames.append(frame)
+        path, new, rerouted = want[margin]
+        out.append(expected_frame(frame, dict(item, path=path, new=new, rerouted=rerouted, ok=1)))
+    write_test_dir(HERE / f"test-flb-margin{margin}", params, MARGIN_ROUTES, ctl, events, frames, out,
+                   f"hand-worked at margin {margin}: delay differences of gap - 1, gap - 2 and gap - 3, gaps below the "
+                   "margin, off an isolated path (slower paths, a faster one at gap - 1 and gap - 2, none safe), "
+                   "timeout (make_flb_tests.py margin_cases)")
+
+
 def main():
     ctl, steps = cases()
     write_flb_test("flb-cases", CASES_PARAMS, CASES_ROUTES, ctl, steps,
                    "hand-picked: new flows, the window and its edge, isolation, timeout, tick wrap, forged "
                    "commands, routes (make_flb_tests.py cases)")
     mixed()
+    for margin in (1, 2):
+        write_margin_test(margin)
 
 
 if __name__ == "__main__":
