@@ -52,7 +52,7 @@ def test_reset_state(name):
 
 #: Random parameter sets a block gets in the long regression: each seed builds and compiles its own design, so this
 #: count, times the number of blocks, sets most of the regression's time in CI.
-REGRESSION_SEEDS = 6
+REGRESSION_SEEDS = 4
 
 
 @pytest.mark.regression

@@ -417,7 +417,7 @@ def test_deparser_cocotb_every_size():
 
 # --- synthesis -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.regression
+@pytest.mark.synthesis
 def test_deparser_synthesis(tmp_path_factory):
     from lbpipe.synth import synthesize
     report = synthesize(Deparser(), name="deparser", workdir=tmp_path_factory.mktemp("deparser_synth"))

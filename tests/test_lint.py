@@ -23,8 +23,6 @@ import pytest
 
 from lbpipe.blocks import BLOCKS
 
-from profiles import LARGE
-
 VERILATOR = shutil.which("verilator")
 
 WAIVERS = """`verilator_config
@@ -61,10 +59,10 @@ def _verilog(name, tmp_path):
     return tmp_path / f"{stem}.v", stem
 
 
-# Every block at its defaults: the metadata blocks in the long profile, the large pipelines (generating their
-# Verilog takes minutes each) in the deep one. The default profile lints the shell box below.
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.deep if name in LARGE
-                                               else pytest.mark.regression) for name in sorted(BLOCKS)])
+# Every block at its defaults: the deep profile (generating the Verilog of the big tables and pipelines takes up to
+# minutes each). The default profile lints the shell box below, the long one the boxes at small tables.
+@pytest.mark.deep
+@pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_block_lint_clean(name, tmp_path):
     path, top = _verilog(name, tmp_path)
     found = lint(tmp_path, [path], top)

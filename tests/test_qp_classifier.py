@@ -729,7 +729,7 @@ def test_waiting_key_word_leaves_a_stalled_insert_alone(stall_after):
 
 # -- synthesis --------------------------------------------------------------------------------------------------------
 
-@pytest.mark.regression
+@pytest.mark.synthesis
 def test_synthesis_defaults(tmp_path):
     """Out-of-context synthesis at the defaults (4096 QPs, 2 keys each, in 4 ways of 4096 slots, IPv6 keys)."""
     from lbpipe.synth import synthesize
