@@ -231,6 +231,36 @@ def test_golden_ipv6_data_and_probe_acks_by_scapy():
     assert s[0] == 1 and s[1] == 1 and sum(s[2:10]) == 0
 
 
+@pytest.mark.parametrize("ipv6", [False, True])
+def test_golden_ipv6_ack_at_sender(ipv6):
+    """IPv6 LAPS ACKs taken at the sender (scapy; one VLAN tag, then QinQ) give their PIT update and loss item
+    whatever ``ipv6`` is: flow = echo bytes 5-7 (the BTH's destination QP), seq = echo bytes 9-11 (its
+    PSN), big-endian; owd = the ACK's time field (saturated below the PIT's infinity); the host gets the frame
+    without its LAPS header; nothing is answered."""
+    from scapy.contrib.roce import BTH
+    from scapy.packet import Raw
+    from lbpipe.tb.lib.packets import LapsHeader, laps_frame
+    model = LapsRxWireModel(**SMALL, ipv6=ipv6)
+    cases = [  # tags, pid, time field, anchors, QP, PSN, owd by hand, LAPS header bytes by hand
+        ((0x8100,), 9, 777, ANCHORS, 0x5A0001, 0xFFFFFE, 777, 12 + 12),
+        ((0x88A8, 0x8100), 63, 1 << 40, ANCHORS + [0xC0A80001], 0x000102, 0x7F8081, 0xFFFF_FFFE, 12 + 16)]
+    for n, (tags, pid, time, anchors, qp, psn, owd, size) in enumerate(cases, 1):
+        pkt = laps_frame(SRC6, DST6, ack=1, pid=pid, time=time, anchors=anchors, tags=tags, sport=0x1234,
+                         src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02")
+        pkt[LapsHeader].reserved2 = 4791
+        frame = bytes(pkt / BTH(opcode=4, dqpn=qp, psn=psn) / Raw(b"q" * 40))
+        # the echo as the datasheet places it: the 12 bytes after the LAPS header (14 + 4 per tag + 40 + 8 = its
+        # offset); the QP and PSN at echo bytes 5-7 and 9-11 (RoCEv2 BTH)
+        echo = frame[62 + 4 * len(tags) + size:][:12]
+        assert echo[5:8] == qp.to_bytes(3, "big") and echo[9:12] == psn.to_bytes(3, "big")
+        out = model.step(frame, NOW + n)
+        assert out["upd"] == {"pid": pid, "owd": owd, "now": NOW + n}
+        assert out["loss"] == {"flow": qp, "seq": psn, "pid": pid, "owd": owd, "now": NOW + n}
+        assert out["ack"] is None and len(out["host"]) == len(frame) - size
+        s = model.stats()
+        assert s[2] == n and s[0] == s[1] == s[6] == 0
+
+
 def test_golden_ipv6_off_and_extension_headers():
     """``ipv6=False`` (the default): the same IPv6 frames are not answered, counted ``not_acked``, the data still
     delivered without its header. ``ipv6=True``: an IPv6 LAPS datagram behind a hop-by-hop extension header is no

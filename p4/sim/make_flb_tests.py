@@ -229,6 +229,7 @@ def margin_cases():
 
     A, B, C, E, F = pkt(1, 0, 101), pkt(2, 0, 102), pkt(3, 1, 103), pkt(4, 1, 104), pkt(5, 2, 105)
     G, H, K, J = pkt(6, 3, 106), pkt(7, 3, 107), pkt(8, 3, 108), pkt(9, 3, 109)
+    M, N, P, Q = pkt(10, 0, 110), pkt(11, 2, 111), pkt(12, 1, 112), pkt(13, 0, 113)
 
     def new(q):                                     # a new flow: the fastest eligible path, whatever the margin
         return {1: (q, 1, 0), 2: (q, 1, 0)}
@@ -277,6 +278,38 @@ def margin_cases():
         # (5 <= 5); margins 1 and 2: no path safe, the fastest eligible, path 1
         ("pkt", 1306, J, 1, {1: (1, 0, 1), 2: (1, 0, 1)}),
         ("pkt", 1406, J, 1, new(1)),                     # gap 100 = timeout: new, the fastest eligible (1)
+        # Delays near 2^16 - 1: delay(p) + margin and delay(q) + gap above 2^16 (flb_edge.p4 sums them in 18 bits;
+        # in 16 bits they would wrap and decide otherwise).
+        *(delay(0, q, 65535) for q in range(4)),         # destination 0 [65535, 65535, 65535, 65535]
+        ("pkt", 2000, M, 1, new(0)),                     # new, all equal: path 0 (ties low)
+        delay(0, 1, 65525),                              # [65535, 65525, 65535, 65535]
+        # gap 5, path 1 faster by 10 > 5 - 1 - margin: stays at every margin (at 0 too); 65535 + margin >= 2^16
+        # (wrapped to margin - 1, less than 65525 + 5: a move)
+        ("pkt", 2005, M, 1, {1: (0, 0, 0), 2: (0, 0, 0)}),
+        delay(0, 1, 65529),                              # [65535, 65529, 65535, 65535]
+        # gap 8, path 1 faster by 6 = gap - 2: margins 0 and 1 move to 1, margin 2 stays; both sums above 2^16
+        # (65536 < 65537 at margin 1, 65537 < 65537 not at 2)
+        ("pkt", 2013, M, 1, {1: (1, 0, 1), 2: (0, 0, 0)}),
+        *(delay(2, q, 65533) for q in range(4)),         # destination 2 [65533, 65533, 65533, 65533]
+        ("pkt", 2100, N, 1, new(0)),                     # new: path 0
+        delay(2, 3, 65530),                              # [65533, 65533, 65533, 65530]
+        # gap 8, path 3 faster by 3 <= 8 - 1 - margin: moves at every margin; 65533 + margin (65534, 65535) below
+        # 2^16 < 65530 + 8 = 65538 (wrapped to 2: no move)
+        ("pkt", 2108, N, 1, {1: (3, 0, 1), 2: (3, 0, 1)}),
+        *(delay(1, q, 65535) for q in range(4)),         # destination 1 [65535, 65535, 65535, 65535]
+        ("pkt", 2200, P, 1, new(0)),                     # new: path 0
+        delay(1, 1, 65525), delay(1, 2, 65533), isolate(1, 0b0001),  # [65535, 65525, 65533, 65535], 0 isolated
+        # off isolated path 0, gap 5: path 1 faster by 10 (not safe: 10 > 5 - 1 - margin), path 2 by 2 and path 3
+        # by 0 (safe at margins 0, 1 and 2): the fastest safe, path 2 (65535 + margin wrapped would make path 1
+        # safe and take it, the fastest)
+        ("pkt", 2205, P, 1, {1: (2, 0, 1), 2: (2, 0, 1)}),
+        # The tick wrapping past 2^16 - 1 with a margin (destination 0, small delays again).
+        delay(0, 0, 10), delay(0, 1, 20), delay(0, 2, 30), delay(0, 3, 40),
+        ("pkt", 65533, Q, 1, new(0)),                    # new: path 0 (10)
+        delay(0, 0, 24),                                 # [24, 20, 30, 40]
+        # at tick 3: gap 6 across the wrap (3 + 65536 - 65533); path 1 faster by 4 = gap - 2: margins 0 and 1
+        # move to 1, margin 2 stays (an unwrapped gap, at or above the timeout, would make the flow new)
+        ("pkt", 3, Q, 1, {1: (1, 0, 1), 2: (0, 0, 0)}),
     ]
     return ctl, steps
 
@@ -308,7 +341,8 @@ def write_margin_test(margin):
     write_test_dir(HERE / f"test-flb-margin{margin}", params, MARGIN_ROUTES, ctl, events, frames, out,
                    f"hand-worked at margin {margin}: delay differences of gap - 1, gap - 2 and gap - 3, gaps below the "
                    "margin, off an isolated path (slower paths, a faster one at gap - 1 and gap - 2, none safe), "
-                   "timeout (make_flb_tests.py margin_cases)")
+                   "timeout, delays near 2^16 - 1 (sums above 2^16: a stay, a move, gap - 2, off an isolated path), "
+                   "a move across the tick's wrap (make_flb_tests.py margin_cases)")
 
 
 def main():
