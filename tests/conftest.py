@@ -4,7 +4,7 @@
 * ``LBPIPE_FULL=1`` (or ``-m regression``): also the long randomized regressions, every proof at its own depth, and the
   synthesis checks of the smaller blocks (CI's profile, which must finish within 90 minutes);
 * ``LBPIPE_DEEP=1`` (or ``-m deep``): also the deep proofs (``lbpipe prove all --deep``), the million-item runs of
-  the fast engine, its wire pipelines, and the Verilator lint of every block and box at its defaults: each one to
+  the fast engine, its wire pipelines, and the Verilator lint of the packet blocks, pipelines and boxes at their defaults: each one to
   eight minutes, together about an hour and a half on one core;
 * ``LBPIPE_SYNTH=1`` (or ``-m synthesis``): also the synthesis checks of the large pipelines, each several minutes
   to a quarter of an hour of Yosys on one core. ``lbpipe synth`` (``./run main``) synthesizes the same designs and

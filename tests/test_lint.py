@@ -59,10 +59,11 @@ def _verilog(name, tmp_path):
     return tmp_path / f"{stem}.v", stem
 
 
-# Every block at its defaults: the deep profile (generating the Verilog of the big tables and pipelines takes up to
-# minutes each). The default profile lints the shell box below, the long one the boxes at small tables.
-@pytest.mark.deep
-@pytest.mark.parametrize("name", sorted(BLOCKS))
+# Every block at its defaults: the metadata blocks in the long profile (seconds to a minute each), the packet blocks
+# and pipelines (generating their Verilog takes minutes each) in the deep one. The default profile lints the shell
+# box below, the long one the boxes at small tables.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.regression if BLOCKS[name].is_meta
+                                               else pytest.mark.deep) for name in sorted(BLOCKS)])
 def test_block_lint_clean(name, tmp_path):
     path, top = _verilog(name, tmp_path)
     found = lint(tmp_path, [path], top)
