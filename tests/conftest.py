@@ -1,14 +1,14 @@
 """pytest configuration: the test profiles.
 
-* default: everything but the two groups below;
-* ``LBPIPE_FULL=1`` (or ``-m regression``): also the long randomized regressions, every proof at its own depth, and the
-  synthesis checks of the smaller blocks (CI's profile, which must finish within 90 minutes);
-* ``LBPIPE_DEEP=1`` (or ``-m deep``): also the deep proofs (``lbpipe prove all --deep``), the million-item runs of
-  the fast engine, its wire pipelines, and the Verilator lint of the packet blocks, pipelines and boxes at their defaults: each one to
-  eight minutes, together about an hour and a half on one core;
-* ``LBPIPE_SYNTH=1`` (or ``-m synthesis``): also the synthesis checks of the large pipelines, each several minutes
-  to a quarter of an hour of Yosys on one core. ``lbpipe synth`` (``./run main``) synthesizes the same designs and
-  exits non-zero when one is over the logic-level budget.
+* default: everything but the three groups below;
+* ``LBPIPE_FULL=1`` (or ``-m regression``): also the long randomized regressions (random parameter sets, long random
+  traces, fuzzing, end-to-end replays on bmv2): CI's profile, which must finish within 90 minutes;
+* ``LBPIPE_DEEP=1`` (or ``-m deep``): also every formal proof (``lbpipe prove all --deep``) and the planted-fault
+  checks that need deep proofs, the fast engine's regressions (its metadata blocks, million-item runs and wire
+  pipelines), and the Verilator lint of every block and box at its defaults: about two hours on one core;
+* ``LBPIPE_SYNTH=1`` (or ``-m synthesis``): also the synthesis checks (logic levels against the datasheets), under a
+  minute to a quarter of an hour of Yosys each on one core, about two hours for all. ``lbpipe synth``
+  (``./run main``) synthesizes the same designs and exits non-zero when one is over the logic-level budget.
 """
 
 import os

@@ -463,7 +463,7 @@ def test_stream_reset_mid_frame():
 
 # --- synthesis -----------------------------------------------------------------------------------------------------
 
-@pytest.mark.regression
+@pytest.mark.synthesis
 def test_synthesis_logic_levels(tmp_path):
     """The default 512-bit instance fits the 250 MHz budget: at most 6 logic levels between registers."""
     from lbpipe.synth import synthesize

@@ -82,19 +82,14 @@ def test_latency_is_the_datasheets(name):
         f"{name}: latency {component.latency}, the datasheet says {DATASHEET_LATENCY[name]}: change both")
 
 
-#: Blocks whose synthesis at the defaults takes several minutes to a quarter of an hour on one core (9,000 to 37,000
-#: LUTs): their check runs in the synthesis profile (LBPIPE_SYNTH=1), not in CI's. ``lbpipe synth`` synthesizes
-#: them in ``./run main`` and exits non-zero when one is over the budget of 6 levels.
-LONG_SYNTHESIS = {"deparser", "laps-editor", "laps-rx-wire", "laps-tx-wire", "pro-rx-wire", "pro-tx-wire",
-                  "themis-d-wire", "themis-s-wire"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.synthesis if name in LONG_SYNTHESIS else pytest.mark.regression)
-    for name in sorted(DATASHEET_LEVELS)])
+#: Synthesis at the defaults takes under a minute for the smaller blocks and several minutes to a quarter of an hour
+#: on one core for the large pipelines (9,000 to 37,000 LUTs), about two hours for all: the synthesis profile
+#: (LBPIPE_SYNTH=1), not CI's. ``lbpipe synth`` synthesizes the same designs in ``./run main`` and exits non-zero when
+#: one is over the budget of 6 levels.
+@pytest.mark.synthesis
+@pytest.mark.parametrize("name", sorted(DATASHEET_LEVELS))
 def test_logic_levels_are_the_datasheets(name, tmp_path):
-    """Synthesis at the defaults: under a minute for most blocks (the regression profile), several minutes for the
-    pipelines of LONG_SYNTHESIS (the synthesis profile)."""
+    """Synthesis at the defaults: the logic levels (core and top) are the datasheet's."""
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from lbpipe.synth import synthesize
     block = BLOCKS[name]

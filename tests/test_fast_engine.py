@@ -107,7 +107,7 @@ def test_unsupported_blocks_say_so():
 
 #: Metadata blocks with one input stream (those with extra streams: STREAM_BLOCKS below); themis-s in the default
 #: profile, the others (a Verilator build each, about a minute) in the long one.
-META = ["themis-s"] + [pytest.param(name, marks=pytest.mark.regression)
+META = ["themis-s"] + [pytest.param(name, marks=pytest.mark.deep)
                        for name in ("qp-classifier", "themis-d", "laps-pst", "laps-softmax", "laps-aimd", "laps-loss",
                                     "pro-rr", "pro-ooo", "flb-owd", "flb-cnm", "selb-reroute", "selb-reorder")]
 
@@ -138,7 +138,7 @@ def test_metadata_blocks_match_golden(name):
 #: Metadata blocks with extra input streams (Block.streams: the PIT's and FLB's ``upd``, the pacer's ``rate``,
 #: SELB's ``smp``): the PIT in the default profile (updates and lookups sharing a clock, the case the grouping is
 #: for), the others (a Verilator build each) in the long one.
-STREAM_BLOCKS = [name if name == "laps-pit" else pytest.param(name, marks=pytest.mark.regression)
+STREAM_BLOCKS = [name if name == "laps-pit" else pytest.param(name, marks=pytest.mark.deep)
                  for name in sorted(b.name for b in BLOCKS.values() if b.is_meta and b.streams)]
 
 

@@ -5,11 +5,10 @@ Each broken design is the real block behind a small wrapper that plants one faul
 fault); the test runs the same harness on it and checks that SymbiYosys finds a counterexample *for the planted
 reason*: the failing assertion named in the solver's log must be the one stating the property under test, and the
 counterexample's VCD must exist. The fast proofs run by default (about a minute on one core); every proof of
-``lbpipe prove all`` runs in the regression profile, and the deep ones of ``lbpipe prove all --deep`` (about half an
-hour on one core) in the deep profile.
+``lbpipe prove all --deep`` (about three quarters of an hour on one core), and the planted-fault checks that need
+depths of a minute or more each, run in the deep profile.
 """
 
-import os
 import pathlib
 import zlib
 
@@ -28,8 +27,6 @@ from lbpipe.hdl.themis.themis_s import ThemisS
 from lbpipe.prove import run_proof, select
 
 from formal_checks import expect_fail as _expect_fail, failed_asserts as _failed_asserts
-
-FULL = os.environ.get("LBPIPE_FULL") == "1"
 
 
 def _themis_s():
@@ -193,8 +190,8 @@ def test_fast_proofs_pass(tmp_path, proof):
     _expect_pass(tmp_path, proof)
 
 
-@pytest.mark.parametrize("proof", [pytest.param(p, marks=pytest.mark.deep if p.deep else pytest.mark.regression)
-                                   for p in select("all", deep=True)], ids=lambda p: f"{p.block}: {p.prop}")
+@pytest.mark.deep
+@pytest.mark.parametrize("proof", select("all", deep=True), ids=lambda p: f"{p.block}: {p.prop}")
 def test_every_proof_passes(tmp_path, proof):
     _expect_pass(tmp_path, proof)
 
@@ -873,7 +870,7 @@ def test_parser_reading_past_the_end_is_caught(tmp_path, fault, reason):
     _expect_fail(tmp_path, ParserPastLast(lambda: _LeakyParser(fault), one_beat=True), reason, depth=9)
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("fault, reason", [
     ("m-unstable", "m_axis beat withdrawn or changed while waiting"),
     ("m-always-valid", ("an m_axis beat without an accepted one", "m_axis beat withdrawn or changed while waiting")),
@@ -1030,7 +1027,7 @@ _ISO_NAMES = dict(n_flows=3, n_dests=1, n_ports=3)
     ("rank-not-mod-k", "an isolated packet's path is outside the mask"),
     ("any-flow-hits", "a flow isolated without a congestion CNM in force"),
     ("weight-plus-one", "k above the flows a congestion CNM isolated"),
-    pytest.param("held-packet-lost", "input ready other than while moving", marks=pytest.mark.regression),
+    pytest.param("held-packet-lost", "input ready other than while moving", marks=pytest.mark.deep),
 ])
 def test_isolate_broken_paths_are_caught(tmp_path, fault, reason):
     from lbpipe.formal.flb.isolate import IsolateInvariants
@@ -1038,7 +1035,7 @@ def test_isolate_broken_paths_are_caught(tmp_path, fault, reason):
     _expect_fail(tmp_path, harness, reason, depth=12)
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("fault", ["point-unchecked", "n-above-8"])
 def test_isolate_forged_cnm_effect_is_caught(tmp_path, monkeypatch, fault):
     from lbpipe.formal.flb.isolate import IsolateForgedMiter
@@ -1050,7 +1047,7 @@ def test_isolate_forged_cnm_effect_is_caught(tmp_path, monkeypatch, fault):
     _expect_fail(tmp_path, IsolateForgedMiter(build, **_ISO_NAMES), "a forged CNM changed", depth=10)
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("fault, reason", [
     ("held-packet-lost", ("output out of order, lost or duplicated", "more items inside than the block can hold")),
     ("valid-on-ready", "o.valid depends on o.ready"),
@@ -1182,7 +1179,7 @@ def _reorder_contract(fault):
                    "more items inside than the buffers and stages hold")),
     ("timeout-doubled", "an item still inside when one taken timeout ticks after it leaves"),
     pytest.param("never-issued", "nothing moved for stall_bound cycles with an item offered",
-                 marks=pytest.mark.regression),
+                 marks=pytest.mark.deep),
 ])
 def test_reorder_broken_contract_is_caught(tmp_path, fault, reason):
     # A held item lost, or an issue that never comes, shows only past step 13 (the default row's depth): an item
@@ -1195,7 +1192,7 @@ def test_reorder_broken_contract_is_caught(tmp_path, fault, reason):
 @pytest.mark.parametrize("fault, reason", [
     ("drain-reversed", "a held item was overtaken by a later packet of its flow and epoch"),
     ("held_unmarked", "an item that passed was overtaken by a later one"),
-    pytest.param("buffers-kept", "left without being accepted since the reset", marks=pytest.mark.regression),
+    pytest.param("buffers-kept", "left without being accepted since the reset", marks=pytest.mark.deep),
 ])
 def test_reorder_broken_release_order_is_caught(tmp_path, fault, reason):
     from lbpipe.formal.selb.reorder import ReorderOvertaking

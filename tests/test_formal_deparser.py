@@ -3,7 +3,7 @@ deliberately broken design, for the planted reason (the failing assertion's sour
 counterexample VCD; the rows themselves pass.
 
 The whole-deparser row needs about 31 cycles before a frame can leave (the join and output pipelines), so it is a
-deep row and its planted faults run in the regression profile only (about 1 to 3 minutes each).
+deep row and its planted faults run in the deep profile only (about 1 to 3 minutes each).
 """
 
 import pytest
@@ -138,7 +138,7 @@ def _build(fault):
     return lambda: _Broken(fault)
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 @pytest.mark.parametrize("fault, reason", [
     ("byte-flipped", ("a byte outside the port, checksum and ICRC changed", "a frame the rule refuses is changed")),
     ("dport-flipped", "a byte outside the port, checksum and ICRC changed"),

@@ -59,11 +59,10 @@ def _verilog(name, tmp_path):
     return tmp_path / f"{stem}.v", stem
 
 
-# Every block at its defaults: the metadata blocks in the long profile (seconds to a minute each), the packet blocks
-# and pipelines (generating their Verilog takes minutes each) in the deep one. The default profile lints the shell
-# box below, the long one the boxes at small tables.
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.regression if BLOCKS[name].is_meta
-                                               else pytest.mark.deep) for name in sorted(BLOCKS)])
+# Every block at its defaults, in the deep profile (generating the Verilog of the big tables and pipelines takes up to
+# minutes each). The default profile lints the shell boxes below.
+@pytest.mark.deep
+@pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_block_lint_clean(name, tmp_path):
     path, top = _verilog(name, tmp_path)
     found = lint(tmp_path, [path], top)
@@ -71,17 +70,17 @@ def test_block_lint_clean(name, tmp_path):
 
 
 # Every pipeline with a box. The default profile lints themis-s-wire's and, at small tables, themis-d-wire's (the box
-# with every part the others use: both merges' arbiter, the steering, both sizers); the long profile the others at
-# small tables, and the deep profile all at their defaults.
+# with every part the others use: both merges' arbiter, the steering, both sizers); the deep profile the others at
+# small tables and all at their defaults.
 _SMALL = {"themis-d-wire": "n_qps=8 queue_depth=8 n_paths=3 buckets=16 ways=2 depth=32",
           "laps-rx-wire": "n_entries=64 depth=32", "laps-tx-wire": "n_dests=16 k=2 buckets=16 n_entries=32 depth=32",
           "pro-rx-wire": "n_qps=2048 buckets=16 ways=2"}
 
 
 @pytest.mark.parametrize("pipeline, params", [
-    ("themis-s-wire", ""), pytest.param("pro-tx-wire", "", marks=pytest.mark.regression),
+    ("themis-s-wire", ""), pytest.param("pro-tx-wire", "", marks=pytest.mark.deep),
     ("themis-d-wire", _SMALL["themis-d-wire"]),
-    *(pytest.param(name, _SMALL[name], marks=pytest.mark.regression)
+    *(pytest.param(name, _SMALL[name], marks=pytest.mark.deep)
       for name in ("laps-rx-wire", "laps-tx-wire", "pro-rx-wire")),
     *(pytest.param(name, "", marks=pytest.mark.deep) for name in sorted(_SMALL))])
 def test_opennic_box_lint_clean(pipeline, params, tmp_path):

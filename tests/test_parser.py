@@ -471,7 +471,7 @@ def test_parser_cocotb_laps_fuzz(seed):
 
 # --- synthesis -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.regression
+@pytest.mark.synthesis
 def test_parser_synthesis(tmp_path_factory):
     from lbpipe.synth import synthesize
     report = synthesize(Parser(), name="parser", workdir=tmp_path_factory.mktemp("parser_synth"))
