@@ -23,8 +23,17 @@ def test_every_block_has_test_parameters_and_traces():
         assert block.test_params and block.random_params and block.trace_generator() is not None
 
 
-@pytest.mark.parametrize("case", CASES, ids=_id)
-@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.25, 0.5)])
+def _runs():
+    """Every parameter set with idle cycles and back-pressure; unthrottled, each block's first set in the default
+    profile and the others in the deep one (the default profile's time is most of CI's)."""
+    for idle, backpressure in ((0.0, 0.0), (0.25, 0.5)):
+        for case in CASES:
+            deep = idle == 0 and case[1] is not BLOCKS[case[0]].test_params[0]
+            yield pytest.param(case, idle, backpressure, id=f"{idle}-{backpressure}-{_id(case)}",
+                               marks=[pytest.mark.deep] if deep else [])
+
+
+@pytest.mark.parametrize("case, idle, backpressure", list(_runs()))
 def test_rtl_matches_golden(case, idle, backpressure):
     name, params = case
     events = BLOCKS[name].trace_generator()(7, 500, **params)
@@ -40,19 +49,19 @@ def test_reset_mid_traffic(name):
     run_rtl(name, params, BLOCKS[name].trace_generator()(5, 400, **params), testcase="reset_mid_traffic", idle=0.2, backpressure=0.3)
 
 
+@pytest.mark.parametrize("seed", [3, pytest.param(2, marks=pytest.mark.deep), pytest.param(4, marks=pytest.mark.deep)])
 @pytest.mark.parametrize("name", META)
-def test_reset_state(name):
+def test_reset_state(name, seed):
     """After a reset the block carries on from its documented post-reset state (no set-up replayed). Planted in
-    Themis-D, a reset that skips the flow-table sweep, or only its last entry, fails seed 3."""
+    Themis-D, a reset that skips the flow-table sweep, or only its last entry, fails seed 3 (seeds 2 and 4: the deep
+    profile)."""
     params = BLOCKS[name].test_params[0]
-    for seed in (2, 3, 4):
-        run_rtl(name, params, BLOCKS[name].trace_generator()(seed, 400, **params), testcase="reset_state",
-                seed=seed)
+    run_rtl(name, params, BLOCKS[name].trace_generator()(seed, 400, **params), testcase="reset_state", seed=seed)
 
 
 #: Random parameter sets a block gets in the long regression: each seed builds and compiles its own design, so this
 #: count, times the number of blocks, sets most of the regression's time in CI.
-REGRESSION_SEEDS = 4
+REGRESSION_SEEDS = 3
 
 
 @pytest.mark.regression

@@ -357,7 +357,8 @@ def _run(testcase, *, depth=256, pending=32, env=None, cut_through=False, fcs=Fa
                           **(env or {})})
 
 
-@pytest.mark.parametrize("testcase", ["corpus_unthrottled", "corpus_with_pauses", "random_actions",
+@pytest.mark.parametrize("testcase", ["corpus_unthrottled", pytest.param("corpus_with_pauses", marks=pytest.mark.deep),
+                                      "random_actions",
                                       "sizes_back_to_back", "backpressure_stalls_input", "latency_one_frame",
                                       "reset_mid_traffic", "counters_by_reason", "first_beat_latency"])
 def test_deparser_cocotb(testcase):
@@ -377,6 +378,7 @@ def test_deparser_cocotb_cut_through():
     _run(CUT_THROUGH_TESTCASES, cut_through=True)
 
 
+@pytest.mark.deep
 def test_deparser_cocotb_fcs():
     """``fcs=True`` (store-and-forward): the corpus, random actions and a reset, held to
     ``deparse_cut_through(..., fcs=True, depth=...)``: the last 4 bytes of each frame are its FCS, so a rewrite is
@@ -391,6 +393,7 @@ def test_deparser_cocotb_tight_buffers():
     _run("sizes_back_to_back", depth=depth, pending=pending, env={"DEPARSER_SIZES": "64,65,127,1517,1518"})
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("depth, pending, sizes", [
     (Deparser.required_depth(1518, ACTION_LATENCY) - 1, Deparser.required_pending(ACTION_LATENCY), "1518"),
     (Deparser.required_depth(1518, ACTION_LATENCY), Deparser.required_pending(ACTION_LATENCY) - 1, "64"),
@@ -401,6 +404,7 @@ def test_deparser_cocotb_margins_are_tight(depth, pending, sizes):
         _run("sizes_back_to_back", depth=depth, pending=pending, env={"DEPARSER_SIZES": sizes})
 
 
+@pytest.mark.deep
 def test_deparser_cocotb_largest_frame():
     """A frame of ``depth`` beats fits; one byte more is dropped and counted (no deadlock), so
     :attr:`Deparser.max_frame_bytes` is exact."""
@@ -409,7 +413,7 @@ def test_deparser_cocotb_largest_frame():
     _run("largest_frame", depth=16, pending=4, env={"DEPARSER_OVERSIZE": "1"})
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 def test_deparser_cocotb_every_size():
     """Every size from 64 to 1,518 bytes once, back to back, no input wait."""
     _run("sweep_sizes")

@@ -32,6 +32,7 @@ def _golden(name, params, frames, ctl):
     return engine._golden_frames(block, block.resolve(params), frames, ctl)
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("idle, backpressure, seed", [(0.0, 0.0, 1), (0.3, 0.4, 5), (0.8, 0.8, 2)])
 def test_themis_s_wire_matches_golden(idle, backpressure, seed):
     """Every frame byte for byte as the golden model, with and without pauses on either side; some frames were
@@ -107,7 +108,8 @@ def test_unsupported_blocks_say_so():
 
 #: Metadata blocks with one input stream (those with extra streams: STREAM_BLOCKS below); themis-s in the default
 #: profile, the others (a Verilator build each, about a minute) in the long one.
-META = ["themis-s"] + [pytest.param(name, marks=pytest.mark.deep)
+META = [pytest.param(name, marks=pytest.mark.deep)
+        for name in ("themis-s",)] + [pytest.param(name, marks=pytest.mark.deep)
                        for name in ("qp-classifier", "themis-d", "laps-pst", "laps-softmax", "laps-aimd", "laps-loss",
                                     "pro-rr", "pro-ooo", "flb-owd", "flb-cnm", "selb-reroute", "selb-reorder")]
 
@@ -138,7 +140,7 @@ def test_metadata_blocks_match_golden(name):
 #: Metadata blocks with extra input streams (Block.streams: the PIT's and FLB's ``upd``, the pacer's ``rate``,
 #: SELB's ``smp``): the PIT in the default profile (updates and lookups sharing a clock, the case the grouping is
 #: for), the others (a Verilator build each) in the long one.
-STREAM_BLOCKS = [name if name == "laps-pit" else pytest.param(name, marks=pytest.mark.deep)
+STREAM_BLOCKS = [pytest.param(name, marks=pytest.mark.deep)
                  for name in sorted(b.name for b in BLOCKS.values() if b.is_meta and b.streams)]
 
 

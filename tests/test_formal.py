@@ -430,6 +430,7 @@ def test_broken_axil_bridge_fails_induction(tmp_path, fault, reason):
     _expect_fail(tmp_path, harness, reason, method="prove", depth=10)
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("proof", [p for p in select("all") if p.block in ("lib-crc", "lib-axil")],
                          ids=lambda p: f"{p.block}: {p.prop}")
 def test_crc_and_axil_proofs_pass(tmp_path, proof):
@@ -701,6 +702,7 @@ _INVARIANT_BLOCKS = ("laps-pst", "flb-route", "pro-ooo", "pro-nak")
 _GENERIC_ROWS = ("stream contract", "valid independent", "reset", "tvalid independent")
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("proof", [p for p in select("all")
                                    if p.block in _INVARIANT_BLOCKS and not p.prop.startswith(_GENERIC_ROWS)],
                          ids=lambda p: f"{p.block}: {p.prop}")
@@ -808,6 +810,7 @@ def test_cnm_broken_notification_is_caught(tmp_path, fault, reason):
 _NEW_INVARIANT_BLOCKS = ("flb-owd", "flb-cnm", "selb-cluster", "selb-reroute")
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("proof", [p for p in select("all")
                                    if p.block in _NEW_INVARIANT_BLOCKS and not p.prop.startswith(_GENERIC_ROWS)],
                          ids=lambda p: f"{p.block}: {p.prop}")
@@ -1066,6 +1069,7 @@ def test_isolate_broken_stream_rows_are_caught(tmp_path, fault, reason):
         _expect_fail(tmp_path, harness, reason, method="prove", depth=Isolate.latency + 2)
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("proof", [p for p in select("flb-isolate") if not p.prop.startswith(_GENERIC_ROWS)],
                          ids=lambda p: f"{p.block}: {p.prop}")
 def test_isolate_invariant_proofs_pass(tmp_path, proof):
@@ -1240,6 +1244,7 @@ def test_classifier_broken_stream_rows_are_caught(tmp_path):
 
 # The block-specific rows (the reorder contract and reset are its own harnesses); the generic ones run in the
 # regression profile (test_every_proof_passes), as for the other blocks.
+@pytest.mark.deep
 @pytest.mark.parametrize("proof", [p for p in select("all") if p.block in ("selb-reorder", "qp-classifier")
                                    and not p.prop.startswith("valid independent")
                                    and not (p.block == "qp-classifier" and p.prop.startswith(_GENERIC_ROWS))],

@@ -360,7 +360,7 @@ def test_laps_editor_cocotb_long_frames(depth):
 
 # 600 frames a run at the default depth: about 2 minutes of Icarus each on the reference machine (2,000 took 8).
 @pytest.mark.regression
-@pytest.mark.parametrize("seed", [21, 22])
+@pytest.mark.parametrize("seed", [21, pytest.param(22, marks=pytest.mark.deep)])
 def test_laps_editor_cocotb_long(seed):
     _run("random_traffic", env={"LAPS_FRAMES": "600", "LAPS_SEED": str(seed)})
     _run("random_traffic_pauses", env={"LAPS_FRAMES": "600", "LAPS_SEED": str(seed)})

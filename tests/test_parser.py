@@ -365,7 +365,7 @@ def test_parser_top_ports():
 
 # The default LAPS port, and 4790: one bit from RoCEv2's 4791, in the low range, and a port the corpus's "udp v6
 # other port" frame uses (a 1-byte datagram: a malformed LAPS header there).
-@pytest.mark.parametrize("laps_port", [LAPS_PORT, 4790])
+@pytest.mark.parametrize("laps_port", [LAPS_PORT, pytest.param(4790, marks=pytest.mark.deep)])
 def test_parser_cocotb(laps_port):
     top = ParserTop(laps_port=laps_port)
     path = write_verilog(top, name="parser_top", ports=top.ports())
@@ -390,7 +390,7 @@ def test_parser_cocotb_early():
                testcase=DEFAULT_TESTCASES, extra_env={"PARSER_EARLY": "1"})
 
 
-@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("early", [pytest.param(False, marks=pytest.mark.deep), True])
 def test_parser_cocotb_fcs(early):
     """``fcs=True`` (late and early items): the corpus held to ``parse(..., fcs=True)``, and frames with a real
     FCS (zlib) worked by hand."""
@@ -448,7 +448,7 @@ def test_every_parser_testcase_runs_in_a_profile():
     assert cases == set(DEFAULT_TESTCASES) | {"tag_wrap", "laps_fuzz", "fcs_frames"}
 
 
-@pytest.mark.regression
+@pytest.mark.deep
 def test_parser_cocotb_tag_wrap():
     top = ParserTop()
     path = write_verilog(top, name="parser_top", ports=top.ports())

@@ -274,7 +274,7 @@ def test_rtl_back_to_back_same_qp():
 
 
 @pytest.mark.skipif(not FULL, reason="long random regression: LBPIPE_FULL=1")
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(2))
 def test_rtl_long_random(seed):
     rng = random.Random(seed)
     m = rng.choice([4, 8, 12, 16, 64])

@@ -76,6 +76,7 @@ def test_rtl():
          "pro_tx_wire_top")
 
 
+@pytest.mark.deep
 def test_rtl_store_and_forward():
     """Store-and-forward, with batch 2 and a non-power-of-two M (golden comparison only)."""
     _run(dict(SMALL, m_paths=6, batch=2, cut_through=False), ["frames_with_stalls", "reset_mid_traffic"],

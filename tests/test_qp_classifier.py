@@ -461,7 +461,7 @@ def test_rtl_scoreboard_can_fail(tmp_path):
 
 
 @pytest.mark.regression
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.deep) for s in range(2, 6))])
 def test_rtl_regression(tmp_path, seed):
     rng = random.Random(seed)
     params = dict(n_entries=rng.randrange(1, 300), buckets=1 << rng.randrange(1, 7), ways=rng.randrange(1, 9),

@@ -50,7 +50,7 @@ def test_signature_and_parameters():
             ThemisDSplit(**kwargs)
 
 
-@pytest.mark.parametrize("params", TEST_PARAMS if FULL else TEST_PARAMS[:3],
+@pytest.mark.parametrize("params", TEST_PARAMS[:1] + [pytest.param(p, marks=pytest.mark.deep) for p in TEST_PARAMS[1:]],
                          ids=lambda p: "q{n_qps}-d{queue_depth}-n{n_paths}-w{entry_bits}".format(**p))
 def test_random_traces_equal_golden(params):
     """Random traces (every kind, forged NACKs, set-up and tear-down mid-traffic): every output field and the
@@ -263,7 +263,7 @@ THEMIS_D = {8: 0.613, 64: 0.527}
 CYCLE_MODEL = {8: 0.959, 64: 0.963}
 
 
-@pytest.mark.parametrize("n_paths", [8, 64])
+@pytest.mark.parametrize("n_paths", [8, pytest.param(64, marks=pytest.mark.deep)])
 def test_closed_loop_throughput(n_paths):
     """Input items per clock on the benchmark's closed-loop scenarios, unthrottled, equal the figure the datasheet
     states for this block within ``TOLERANCE`` (above today's Themis-D, below the cycle model of the full design:

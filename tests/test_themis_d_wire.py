@@ -166,7 +166,8 @@ def _wire_env(params):
     return {f"LBPIPE_WIRE_{k.upper()}": str(int(v)) for k, v in params.items()}
 
 
-@pytest.mark.parametrize("testcase", ["closed_loop", "closed_loop_with_stalls", "line_rate", "reset_mid_traffic"])
+@pytest.mark.parametrize("testcase", [pytest.param("closed_loop", marks=pytest.mark.deep), "closed_loop_with_stalls",
+                                      "line_rate", "reset_mid_traffic"])
 def test_rtl(testcase):
     top = FlatTop(ThemisDWire(**WIRE_PARAMS))
     path = write_verilog(top, name="themis_d_wire_top", ports=top.ports())

@@ -33,7 +33,7 @@ def test_golden_passes_other_frames():
     assert model.process(frame) == frame
 
 
-@pytest.mark.parametrize("cut_through", [True, False])
+@pytest.mark.parametrize("cut_through", [True, pytest.param(False, marks=pytest.mark.deep)])
 def test_rtl(cut_through):
     """Both modes: mixed traffic with and without stalls, a reset in flight, and frames whose end contradicts their
     headers (expectations by hand)."""
@@ -45,7 +45,7 @@ def test_rtl(cut_through):
                extra_env={"LBPIPE_WIRE_PATHS": "8", "LBPIPE_WIRE_CT": str(int(cut_through))})
 
 
-@pytest.mark.parametrize("cut_through", [True, False])
+@pytest.mark.parametrize("cut_through", [True, pytest.param(False, marks=pytest.mark.deep)])
 def test_rtl_fcs(cut_through):
     """``fcs=True``: frames with a zlib FCS through both modes, the FCS still correct after the rewrite."""
     top = FlatTop(ThemisSWire(n_paths=8, depth=256, cut_through=cut_through, fcs=True))

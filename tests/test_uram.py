@@ -223,8 +223,9 @@ def test_icarus_three_modes_against_dict(tmp_path):
 P64 = dict(n_entries=64, k=4, probe_rule="paper", lfsr_seed=0xACE1)
 
 
-@pytest.mark.parametrize("uram, idle, backpressure", [("instance", 0.0, 0.0), ("instance", 0.2, 0.3),
-                                                      ("infer", 0.0, 0.0)])
+@pytest.mark.parametrize("uram, idle, backpressure", [("instance", 0.0, 0.0),
+                                                      pytest.param("instance", 0.2, 0.3, marks=pytest.mark.deep),
+                                                      pytest.param("infer", 0.0, 0.0, marks=pytest.mark.deep)])
 def test_pit_on_uram_matches_golden(uram, idle, backpressure):
     params = dict(P64, uram=uram)
     events = pit_trace(7, 250, **params)
@@ -267,6 +268,7 @@ class _Registered(wiring.Component):
         return m
 
 
+@pytest.mark.synthesis
 def test_yosys_maps_instance_and_infer_to_uram(tmp_path):
     from lbpipe.synth import synthesize
     got = {}
