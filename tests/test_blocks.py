@@ -49,7 +49,7 @@ def test_reset_mid_traffic(name):
     run_rtl(name, params, BLOCKS[name].trace_generator()(5, 400, **params), testcase="reset_mid_traffic", idle=0.2, backpressure=0.3)
 
 
-@pytest.mark.parametrize("seed", [3, pytest.param(2, marks=pytest.mark.deep), pytest.param(4, marks=pytest.mark.deep)])
+@pytest.mark.parametrize("seed", [3, *(pytest.param(seed, marks=pytest.mark.deep) for seed in (2, 4))])
 @pytest.mark.parametrize("name", META)
 def test_reset_state(name, seed):
     """After a reset the block carries on from its documented post-reset state (no set-up replayed). Planted in

@@ -421,7 +421,7 @@ def test_compensator_cocotb_catches_a_wrong_frame():
 
 
 @pytest.mark.regression
-@pytest.mark.parametrize("seed", [21, pytest.param(22, marks=pytest.mark.deep), pytest.param(23, marks=pytest.mark.deep)])
+@pytest.mark.parametrize("seed", [21, *(pytest.param(seed, marks=pytest.mark.deep) for seed in (22, 23))])
 def test_compensator_cocotb_long(seed):
     """Thousands of random frames per run, with and without pauses."""
     _run("random_traffic", env={"COMP_FRAMES": "3000", "COMP_SEED": str(seed)})

@@ -359,8 +359,8 @@ def test_commands_between_frames_are_checked(tmp_path, index):
     bad.write_text("".join(json.dumps(e) + "\n" for e in events))
     params = json.loads((where / "test.json").read_text())["params"]
     args = [f"--param={k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in params.items()]
-    done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-d-wire", str(where / "packets_in.pcap"),
-                           "--ctl", str(bad), "--engine", "golden", "-o", str(tmp_path / "out.pcap"), *args],
+    done = subprocess.run([sys.executable, "-m", "lbpipe.cli", "replay", "themis-d-wire",
+                           str(where / "packets_in.pcap"), "--ctl", str(bad), "--engine", "golden", "-o", str(tmp_path / "out.pcap"), *args],
                           capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
