@@ -106,12 +106,10 @@ def test_unsupported_blocks_say_so():
         fast.run_items(wide, {}, [])
 
 
-#: Metadata blocks with one input stream (those with extra streams: STREAM_BLOCKS below); themis-s in the default
-#: profile, the others (a Verilator build each, about a minute) in the long one.
-META = [pytest.param(name, marks=pytest.mark.deep)
-        for name in ("themis-s",)] + [pytest.param(name, marks=pytest.mark.deep)
-                       for name in ("qp-classifier", "themis-d", "laps-pst", "laps-softmax", "laps-aimd", "laps-loss",
-                                    "pro-rr", "pro-ooo", "flb-owd", "flb-cnm", "selb-reroute", "selb-reorder")]
+#: Metadata blocks with one input stream (those with extra streams: STREAM_BLOCKS below), each a Verilator build of
+#: about a minute: the deep profile (``test_cocotb_on_verilator_and_its_cache`` builds one by default).
+META = ["themis-s", "qp-classifier", "themis-d", "laps-pst", "laps-softmax", "laps-aimd", "laps-loss", "pro-rr",
+        "pro-ooo", "flb-owd", "flb-cnm", "selb-reroute", "selb-reorder"]
 
 
 def _meta_params(block):
@@ -123,6 +121,7 @@ def _meta_params(block):
     return block.resolve(block.test_params[1] if len(block.test_params) > 1 else block.test_params[0])
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("name", META)
 def test_metadata_blocks_match_golden(name):
     """Metadata blocks: the block's seeded random trace (commands between items, drained first as the cocotb
@@ -138,12 +137,11 @@ def test_metadata_blocks_match_golden(name):
 
 
 #: Metadata blocks with extra input streams (Block.streams: the PIT's and FLB's ``upd``, the pacer's ``rate``,
-#: SELB's ``smp``): the PIT in the default profile (updates and lookups sharing a clock, the case the grouping is
-#: for), the others (a Verilator build each) in the long one.
-STREAM_BLOCKS = [pytest.param(name, marks=pytest.mark.deep)
-                 for name in sorted(b.name for b in BLOCKS.values() if b.is_meta and b.streams)]
+#: SELB's ``smp``), each a Verilator build: the deep profile.
+STREAM_BLOCKS = sorted(b.name for b in BLOCKS.values() if b.is_meta and b.streams)
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("name", STREAM_BLOCKS)
 def test_stream_blocks_cli_trace_matches_golden(name, tmp_path):
     """Blocks with extra input streams: ``lbpipe trace BLOCK`` (its own seeded trace: extra-stream events alone
