@@ -6,9 +6,9 @@
 * ``LBPIPE_DEEP=1`` (or ``-m deep``): also every formal proof (``lbpipe prove all --deep``) and every planted-fault
   check of the formal properties (the ``..._caught`` tests), the fast engine's regressions (its metadata blocks,
   million-item runs and wire pipelines), the Verilator lint of every block and box at its defaults, and the RTL test
-  variants CI's time cannot hold: about three hours on one core;
+  variants CI's time cannot hold: about three hours on one core (estimated);
 * ``LBPIPE_SYNTH=1`` (or ``-m synthesis``): also the synthesis checks (logic levels against the datasheets), under a
-  minute to a quarter of an hour of Yosys each on one core, about two hours for all. ``lbpipe synth``
+  minute to a quarter of an hour of Yosys each on one core, about two hours for all (estimated). ``lbpipe synth``
   (``./run main``) synthesizes the same designs and exits non-zero when one is over the logic-level budget.
 """
 
