@@ -84,8 +84,8 @@ def test_latency_is_the_datasheets(name):
 
 #: Synthesis at the defaults takes under a minute for the smaller blocks and several minutes to a quarter of an hour
 #: on one core for the large pipelines (9,000 to 37,000 LUTs), about two hours for all (estimated): the synthesis
-#: profile (LBPIPE_SYNTH=1), not CI's. ``lbpipe synth`` synthesizes the same designs in ``./run main`` and exits non-zero when
-#: one is over the budget of 6 levels.
+#: profile (LBPIPE_SYNTH=1), not CI's. ``lbpipe synth`` synthesizes the same designs in ``./run main`` and exits
+#: non-zero when one is over the budget of 6 levels.
 @pytest.mark.synthesis
 @pytest.mark.parametrize("name", sorted(DATASHEET_LEVELS))
 def test_logic_levels_are_the_datasheets(name, tmp_path):
