@@ -210,14 +210,23 @@ def check_actions(block, frames, actions):
 
 
 def _golden_frames(block, params, frames, ctl_events, actions=None):
+    return [frame for _, frame in golden_ports(block, params, frames, ctl_events, actions)]
+
+
+def golden_ports(block, params, frames, ctl_events, actions=None):
+    """``[(port, frame)]``: the frames the golden model sends for ``frames`` after the commands, in its order, each
+    with the AXI4-Stream output it leaves on (``process_ports`` of a model with several; ``m_axis`` otherwise)."""
     model = block.golden(**params)
     for event in ctl_events:
         model.control(_complete_ctl(event["ctl"]))
     out = []
     for k, frame in enumerate(frames):
+        if hasattr(model, "process_ports"):
+            out += model.process_ports(frame)
+            continue
         result = model.process(frame, actions[k]["act"]) if actions is not None else model.process(frame)
         # A pipeline sends nothing (None or []), one frame, or a list of frames for each frame in.
-        out += result if isinstance(result, list) else [] if result is None else [result]
+        out += [("m_axis", f) for f in (result if isinstance(result, list) else [] if result is None else [result])]
     return out
 
 
@@ -239,13 +248,15 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
     check_ctl_events(block, params, ctl_events)
     frames = read_pcap(pcap_in)
     check_actions(block, frames, actions)
-    expected = _golden_frames(block, params, frames, ctl_events, actions)
+    labelled = golden_ports(block, params, frames, ctl_events, actions)
+    expected = [frame for _, frame in labelled]
     if engine == "golden":
         write_pcap(pcap_out, expected)
         return len(expected)
     if engine == "fast":
         from .fast import replay_frames
-        got, measured = replay_frames(block, params, frames, ctl_events, idle=idle, backpressure=backpressure,
+        got, measured = replay_frames(block, params, frames, ctl_events, actions=actions,
+                                      plan=[port for port, _ in labelled], idle=idle, backpressure=backpressure,
                                       seed=seed)
         write_pcap(pcap_out, got)
         if stats is not None:

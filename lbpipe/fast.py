@@ -26,8 +26,8 @@ from amaranth import Shape
 
 from .trace import layout_fields
 
-__all__ = ["HARNESS", "FastError", "supports", "build_replay", "replay_frames", "run_items", "settle_cycles",
-           "engine_speeds"]
+__all__ = ["HARNESS", "FastError", "supports", "packet_ports", "build_replay", "replay_streams", "merge_streams",
+           "replay_frames", "run_items", "settle_cycles", "engine_speeds"]
 
 #: The C++ harness, shipped as package data.
 HARNESS = pathlib.Path(__file__).parent / "csrc" / "replay.cpp"
@@ -50,7 +50,7 @@ class FastError(RuntimeError):
     and where its log is."""
 
 
-#: The ports a packet pipeline may have for the fast engine: one stream in, one out, control and counters.
+#: The ports every packet pipeline has or may have, which the harness always drives.
 PACKET_PORTS = {"s_axis", "m_axis", "ctl", "stats"}
 
 
@@ -59,15 +59,68 @@ MAX_STREAMS = 7
 
 
 def supports(block):
-    """Whether the fast engine replays ``block``: packet pipelines with a frame golden model and no ports but
-    ``s_axis``, ``m_axis``, ``ctl`` and ``stats`` (per-frame action streams and second streams are not carried),
-    and every metadata block, extra input streams (``Block.streams``) included."""
+    """Whether the fast engine replays ``block``: every metadata block with at most :data:`MAX_STREAMS` extra input
+    streams, and every packet pipeline with a frame golden model whose further ports :func:`packet_ports` sorts
+    (more AXI4-Stream outputs, metadata streams, an action stream, plain inputs held at a registry value)."""
     if block.is_meta:
         return len(block.streams) <= MAX_STREAMS
-    if block.golden is None or block.actions is not None:
+    if block.golden is None:
         return False
-    component = block.check(block.resolve({}))
-    return set(component.signature.members) <= PACKET_PORTS
+    try:
+        packet_ports(block, block.resolve({}))
+    except ValueError:
+        return False
+    return True
+
+
+def packet_ports(block, params):
+    """The packet top's ports beside ``s_axis``, ``m_axis``, ``ctl`` and ``stats``, as the harness drives them:
+    ``axis_out`` (more AXI4-Stream outputs, written as streams 1, 2, ...), ``sinks`` (metadata outputs, always
+    ready, counted), ``idle_in`` (metadata inputs, never valid), ``held`` (plain inputs and their values from
+    ``Block.held_inputs``), ``act`` (the per-frame action stream, or None) and ``axil`` (the control bridge is
+    there). Raises ``ValueError`` naming a port the harness cannot drive."""
+    from amaranth.lib import wiring
+    members = block.check(params).signature.members
+    ports = {"axis_out": [], "sinks": [], "idle_in": [], "held": {}, "act": None, "axil": "ctl" in members}
+    values = block.held_values()
+    for name, member in members.items():
+        if name in PACKET_PORTS:
+            continue
+        if member.is_port:
+            if member.flow != wiring.In:
+                continue                 # a plain output (status) the replay does not read
+            if name not in values:
+                raise ValueError(f"{block.name}: input {name!r} has no replay value (Block.held_inputs)")
+            ports["held"][name] = values[name]
+            continue
+        sub = member.signature.members
+        if "tdata" in sub and sub["tvalid"].flow == wiring.Out:
+            ports["axis_out"].append(name)
+        elif "payload" in sub and sub["valid"].flow == wiring.Out:
+            ports["sinks"].append(name)
+        elif "payload" in sub and block.actions is not None and name == "act":
+            ports["act"] = name
+        elif "payload" in sub:
+            ports["idle_in"].append(name)
+        else:
+            raise ValueError(f"{block.name}: the fast engine drives no second AXI4-Stream input ({name!r})")
+    return ports
+
+
+def _ports_header(ports):
+    """The harness's ``lbpipe_ports.h`` of a packet build (see lbpipe/csrc/replay.cpp)."""
+    names = [*ports["axis_out"], *ports["sinks"], *ports["idle_in"], *ports["held"], *([ports["act"]] * bool(ports["act"]))]
+    for name in names:
+        if not name.isidentifier():
+            raise ValueError(f"port {name!r} is not a C identifier")
+
+    def macro(kind, items):
+        return f"#define LBPIPE_{kind}(X) {' '.join(f'X({n})' for n in items)}\n"
+    return ("// Written by lbpipe/fast.py for this build: the packet top's further ports.\n"
+            + macro("AXIS_OUT", ports["axis_out"]) + macro("SINKS", ports["sinks"])
+            + macro("IDLE_IN", ports["idle_in"]) + macro("HELD", ports["held"])
+            + (f"#define LBPIPE_ACT(field) {ports['act']}_##field\n" if ports["act"] else "")
+            + f"#define LBPIPE_AXIL {int(ports['axil'])}\n")
 
 
 def settle_cycles(params):
@@ -94,13 +147,15 @@ def _streams_header(streams):
             f"#define LBPIPE_STREAMS(X) {' '.join(f'X({name})' for name in streams)}\n")
 
 
-def build_replay(verilog_path, *, meta, streams=(), jobs=None):
+def build_replay(verilog_path, *, meta, streams=(), ports=None, jobs=None):
     """The path of the replay executable of ``verilog_path`` (a metadata top with ``meta``, whose extra input
-    streams are ``streams``), compiling it with ``nice -n 5`` and ``jobs`` make jobs (``LBPIPE_SIM_JOBS``, default 2)
-    the first time."""
+    streams are ``streams``; a packet top whose further ports are ``ports``, :func:`packet_ports`, none if None),
+    compiling it with ``nice -n 5`` and ``jobs`` make jobs (``LBPIPE_SIM_JOBS``, default 2) the first time."""
     from lbpipe.tb.lib.runner import verilator_environment, verilator_version
     verilog_path = pathlib.Path(verilog_path)
-    header = _streams_header(streams) if meta else ""
+    if ports is None:
+        ports = {"axis_out": [], "sinks": [], "idle_in": [], "held": {}, "act": None, "axil": True}
+    header = _streams_header(streams) if meta else _ports_header(ports)
     digest = hashlib.sha256()
     for part in (verilog_path.read_bytes(), HARNESS.read_bytes(), " ".join(VERILATOR_FLAGS).encode(),
                  MAKE_OPT.encode(), b"meta" if meta else b"packet", header.encode(),
@@ -115,8 +170,8 @@ def build_replay(verilog_path, *, meta, streams=(), jobs=None):
     own = verilog_path.parent / f"fast-build-{os.getpid()}"
     shutil.rmtree(own, ignore_errors=True)
     own.mkdir(parents=True)
-    if meta:
-        (own / "lbpipe_streams.h").write_text(header)     # found through the build's -I. (the make directory)
+    # found through the build's -I. (the make directory)
+    (own / ("lbpipe_streams.h" if meta else "lbpipe_ports.h")).write_text(header)
     env = verilator_environment()
     cmd = ["nice", "-n", "5", str(pathlib.Path(env["VERILATOR_ROOT"]) / "bin" / "verilator"), *VERILATOR_FLAGS,
            "-j", str(jobs), "-MAKEFLAGS", MAKE_OPT, "-Mdir", str(own), "-o", "replay",
@@ -167,38 +222,83 @@ def _stats(stats):
     return stats
 
 
-def replay_frames(block, params, frames, ctl_events, *, idle=0.0, backpressure=0.0, seed=1, verilog=None):
-    """Run ``frames`` (bytes) through packet pipeline ``block`` after its control commands; returns
-    ``(frames out, measurements)``: ``cycles`` (all, from reset), ``stream_cycles`` (from the first frame offered
-    until :data:`QUIET_CYCLES` after the last output), ``seconds`` (wall time of that streaming loop),
-    ``cycles_per_second``, frames and beats in and out."""
+def replay_streams(block, params, frames, ctl_events, *, actions=None, idle=0.0, backpressure=0.0, seed=1,
+                   verilog=None):
+    """Run ``frames`` (bytes) through packet pipeline ``block`` after its control commands, each with its action
+    (``actions``: ``{"act": {...}}`` events, one per frame) if the block takes them; returns ``({port: frames out},
+    measurements)``, every AXI4-Stream output of the block a key (``m_axis`` first). Measurements: ``cycles`` (all,
+    from reset), ``stream_cycles`` (from the first frame offered until :data:`QUIET_CYCLES` after the last output),
+    ``seconds`` (wall time of that streaming loop), ``cycles_per_second``, frames and beats in and out (every
+    output), ``sink_items`` (items the metadata outputs gave), ``actions_in``."""
     from .engine import resolve_block, top_verilog
+    from .trace import pack
     block = resolve_block(block)
     if block.is_meta or not supports(block):
-        raise ValueError(f"{block.name}: the fast engine replays packet pipelines with one stream in and out and "
-                         f"a frame golden model (metadata blocks: run_items)")
+        raise ValueError(f"{block.name}: the fast engine replays packet pipelines with a frame golden model "
+                         f"(metadata blocks: run_items)")
     params = block.resolve(params)
-    exe = build_replay(verilog or top_verilog(block, params), meta=False)
+    ports = packet_ports(block, params)
+    if ports["act"] and actions is None:
+        raise ValueError(f"{block.name} needs one action per frame")
+    if not ports["act"] and actions:
+        raise ValueError(f"{block.name} takes no per-frame actions")
+    exe = build_replay(verilog or top_verilog(block, params), meta=False, ports=ports)
+    names = ["m_axis", *ports["axis_out"]]
     with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
         infile, outfile = pathlib.Path(tmp) / "in.bin", pathlib.Path(tmp) / "out.bin"
         with open(infile, "wb") as f:
-            f.write(b"LBPF" + struct.pack("<I", len(ctl_events)))
+            f.write(b"LBPF" + struct.pack(f"<I{len(ports['held'])}Q", len(ports["held"]), *ports["held"].values()))
+            f.write(struct.pack("<I", len(ctl_events)))
             for event in ctl_events:
                 cmd = event["ctl"]
                 f.write(struct.pack("<IIQ", cmd.get("table", 0), cmd.get("index", 0), cmd.get("data", 0)))
+            if ports["act"]:
+                layout = block.action_layout()
+                size = _port_bytes(Shape.cast(layout).width)
+                f.write(struct.pack("<II", size, len(actions)))
+                f.write(b"".join(pack(layout, event["act"]).to_bytes(size, "little") for event in actions))
+            else:
+                f.write(struct.pack("<II", 0, 0))
             for frame in frames:
                 f.write(struct.pack("<I", len(frame)))
                 f.write(frame)
         stats = _run(exe, infile, outfile, idle=idle, backpressure=backpressure, seed=seed,
                      settle=settle_cycles(params))
-        out = []
+        out = {name: [] for name in names}
         data = outfile.read_bytes()
         at = 0
         while at < len(data):
-            (length,) = struct.unpack_from("<I", data, at)
-            out.append(data[at + 4:at + 4 + length])
-            at += 4 + length
+            stream, length = struct.unpack_from("<BI", data, at)
+            out[names[stream]].append(data[at + 5:at + 5 + length])
+            at += 5 + length
     return out, _stats(stats)
+
+
+def merge_streams(streams, plan):
+    """One list of the frames of ``streams`` (``{port: frames}``, each in its own order) in the order of ``plan``,
+    the port of each frame the golden model sends (:func:`lbpipe.engine.golden_ports`); frames beyond the plan
+    follow, port by port."""
+    left = {port: iter(frames) for port, frames in streams.items()}
+    out = []
+    for port in plan:
+        frame = next(left[port], None) if port in left else None
+        if frame is not None:
+            out.append(frame)
+    for frames in left.values():
+        out += list(frames)
+    return out
+
+
+def replay_frames(block, params, frames, ctl_events, *, actions=None, plan=None, idle=0.0, backpressure=0.0, seed=1,
+                  verilog=None):
+    """:func:`replay_streams` as one list of frames: ``m_axis``'s alone, or for a block with more AXI4-Stream
+    outputs every output's in the order of ``plan`` (:func:`merge_streams`), which such a block needs."""
+    streams, stats = replay_streams(block, params, frames, ctl_events, actions=actions, idle=idle,
+                                    backpressure=backpressure, seed=seed, verilog=verilog)
+    if len(streams) > 1 and plan is None:
+        raise ValueError(f"{getattr(block, 'name', block)} has {len(streams)} AXI4-Stream outputs: give the golden "
+                         f"model's plan of ports")
+    return (merge_streams(streams, plan) if plan is not None else streams["m_axis"]), stats
 
 
 def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
@@ -284,25 +384,31 @@ def engine_speeds(block, params, *, fast_frames=5000, cocotb_frames=200, seed=1)
         trace = functools.partial(trace, **{k: v for k, v in params.items() if k in taken})
     else:
         trace = functools.partial(trace, **params)
+
+    def traffic(n_frames):
+        """``(commands, frames, actions)``: a stage driven by actions has no commands and one action per frame."""
+        if block.actions is not None:
+            frames, actions = trace(seed, n_frames)
+            return [], frames, [{"act": a} for a in actions]
+        cmds, frames = trace(seed, n_frames)
+        return [{"ctl": c} for c in cmds], frames, None
     rows = []
-    cmds, frames = trace(seed, fast_frames)
-    ctl = [{"ctl": c} for c in cmds]
-    build_replay(top_verilog(block, params), meta=False)
-    _, stats = replay_frames(block, params, frames, ctl)
+    ctl, frames, actions = traffic(fast_frames)
+    _, stats = replay_streams(block, params, frames, ctl, actions=actions)
     rows.append({"engine": "fast (Verilator, C++ harness)", "frames": len(frames), "cycles": stats["stream_cycles"],
                  "seconds": stats["seconds"], "cycles_per_second": stats["cycles_per_second"],
                  "cpu_seconds": stats["cpu_seconds"], "cycles_per_cpu_second": stats["cycles_per_cpu_second"]})
-    cmds, frames = trace(seed, cocotb_frames)
-    ctl = [{"ctl": c} for c in cmds]
-    _, stats = replay_frames(block, params, frames, ctl)
+    ctl, frames, actions = traffic(cocotb_frames)
+    _, stats = replay_streams(block, params, frames, ctl, actions=actions)
     from lbpipe.tb.lib.runner import simulator
     with tempfile.TemporaryDirectory(prefix="lbpipe-speed-") as tmp:
         write_pcap(pathlib.Path(tmp) / "in.pcap", frames)
         write_pcap(pathlib.Path(tmp) / "one.pcap", frames[:1])
         replay_pcap(block, params, pathlib.Path(tmp) / "one.pcap", pathlib.Path(tmp) / "warm.pcap", ctl,
-                    engine="rtl")      # builds (or finds) the simulator build, untimed
+                    engine="rtl", actions=actions and actions[:1])      # builds (or finds) the build, untimed
         start, cpu = time.perf_counter(), _child_cpu()
-        replay_pcap(block, params, pathlib.Path(tmp) / "in.pcap", pathlib.Path(tmp) / "out.pcap", ctl, engine="rtl")
+        replay_pcap(block, params, pathlib.Path(tmp) / "in.pcap", pathlib.Path(tmp) / "out.pcap", ctl, engine="rtl",
+                    actions=actions)
         seconds, cpu = time.perf_counter() - start, _child_cpu() - cpu
     rows.append({"engine": f"rtl (cocotb, {simulator()})", "frames": len(frames), "cycles": stats["stream_cycles"],
                  "seconds": seconds, "cycles_per_second": stats["stream_cycles"] / seconds, "cpu_seconds": cpu,

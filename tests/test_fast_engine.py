@@ -81,8 +81,8 @@ def test_fast_replay_counts_frames(tmp_path, monkeypatch):
     """As the cocotb engine: a different number of frames than the golden model's fails the replay (the golden
     model is made to send one more, as an RTL that lost a frame would look)."""
     write_pcap(tmp_path / "in.pcap", _s_frames(6, seed=5))
-    real = engine._golden_frames
-    monkeypatch.setattr(engine, "_golden_frames", lambda *a: real(*a) + [bytes(64)])
+    real = engine.golden_ports
+    monkeypatch.setattr(engine, "golden_ports", lambda *a: real(*a) + [("m_axis", bytes(64))])
     with pytest.raises(RuntimeError, match="the RTL sent 6 frames, the golden model 7"):
         engine.replay_pcap("themis-s-wire", S_PARAMS, tmp_path / "in.pcap", tmp_path / "r.pcap", S_CTL,
                            engine="fast")
@@ -95,11 +95,13 @@ def test_port_bytes():
 
 
 def test_unsupported_blocks_say_so():
-    """Blocks with per-frame action streams, and metadata blocks with more extra streams than a group's byte of
-    stream bits carries, are refused by name, before any build."""
+    """Packet stages without a frame golden model, and metadata blocks with more extra streams than a group's byte
+    of stream bits carries, are refused by name, before any build."""
     import dataclasses
-    with pytest.raises(ValueError, match="laps-editor"):
-        fast.replay_frames("laps-editor", {}, [], [])
+    for name in ("parser", "deparser", "compensator", "pro-nak"):
+        assert not fast.supports(get_block(name))
+        with pytest.raises(ValueError, match=name):
+            fast.replay_frames(name, {}, [], [])
     wide = dataclasses.replace(get_block("laps-pit"), name="laps-pit-wide", streams=tuple("abcdefgh"))
     assert not fast.supports(wide) and fast.supports(get_block("laps-pit"))
     with pytest.raises(ValueError, match="laps-pit-wide"):
@@ -223,6 +225,89 @@ def test_wire_pipelines_match_golden(name, params):
     for idle, backpressure in ((0.0, 0.0), (0.3, 0.4)):
         got, _ = fast.replay_frames(name, params, frames, ctl, idle=idle, backpressure=backpressure, seed=2)
         assert got == expected
+
+
+# -- packet pipelines with more ports than one stream in and out -----------------------------------------------------
+
+def test_packet_ports_of_each_pipeline():
+    """How the harness drives each packet pipeline's further ports, from the datasheets' port tables: laps-rx-wire's
+    ACKs on m_ack, its PIT updates and loss items drained, its clock held at 2^40 ns (the cocotb replay's NOW0);
+    pro-rx-wire's NAK frames on m_axis_nak and no timeouts; laps-tx-wire's PIT updates left idle; the LAPS editor's
+    one action per frame and no control bridge (it has no ctl)."""
+    none = {"axis_out": [], "sinks": [], "idle_in": [], "held": {}, "act": None, "axil": True}
+    want = {
+        "themis-s-wire": none,
+        "laps-rx-wire": dict(none, axis_out=["m_ack"], sinks=["upd", "loss"], held={"now": 1 << 40}),
+        "pro-rx-wire": dict(none, axis_out=["m_axis_nak"], idle_in=["tmo"]),
+        "laps-tx-wire": dict(none, idle_in=["upd"]),
+        "laps-editor": dict(none, act="act", axil=False),
+    }
+    for name, ports in want.items():
+        block = get_block(name)
+        assert fast.supports(block)
+        assert fast.packet_ports(block, block.resolve({})) == ports, name
+
+
+def test_merge_streams_follows_the_plan():
+    """Each output's frames in its own order, merged in the golden model's order of ports (hand-worked); frames
+    the plan does not name follow, and a port that ran out is skipped (the count check then fails the replay)."""
+    streams = {"m_axis": [b"h1", b"h2", b"h3"], "m_ack": [b"a1", b"a2"]}
+    assert fast.merge_streams(streams, ["m_axis", "m_ack", "m_axis", "m_axis", "m_ack"]) == \
+        [b"h1", b"a1", b"h2", b"h3", b"a2"]
+    assert fast.merge_streams(streams, ["m_ack", "m_axis"]) == [b"a1", b"h1", b"h2", b"h3", b"a2"]
+    assert fast.merge_streams(streams, ["m_ack"] * 3 + ["m_axis"]) == [b"a1", b"a2", b"h1", b"h2", b"h3"]
+
+
+#: Packet pipelines with ports beside one stream in and one out, at the small parameters of their own tests; a
+#: Verilator build each (1 to 4 minutes): the full profile, so CI runs them.
+MORE_PORTS = {
+    "laps-editor": dict(depth=64),
+    "laps-rx-wire": dict(n_entries=64, k=8),
+    "pro-rx-wire": dict(n_qps=13, bitmap_len=16, buckets=64, ways=2, ipv6=True),
+    "laps-tx-wire": dict(n_dests=16, k=4, ways=2, buckets=16, n_entries=64),
+}
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("name", sorted(MORE_PORTS))
+def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path):
+    """``lbpipe trace`` then ``lbpipe replay --engine fast``, with and without pauses (back-pressure on every frame
+    output), writes the golden engine's pcap byte for byte: host frames and ACKs or NAKs interleaved as the golden
+    model sends them, each frame with its action. The trace exercises the further ports (many frames on the second
+    output, items on the drained ones, an action taken per frame)."""
+    from lbpipe.cli import main
+    from lbpipe.trace import read_events, read_pcap
+    params = MORE_PORTS[name]
+    args = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+    pcap = tmp_path / "in.pcap"
+    assert main(["trace", name, *args, "--seed", "7", "-n", "300", "-o", str(pcap)]) == 0
+    side = ([("--actions", pcap.with_suffix(".actions.jsonl"))] if name == "laps-editor"
+            else [("--ctl", pcap.with_suffix(".ctl.jsonl"))] if pcap.with_suffix(".ctl.jsonl").exists() else [])
+    args += [str(a) for pair in side for a in pair]
+    assert main(["replay", name, str(pcap), *args, "-o", str(tmp_path / "g.pcap")]) == 0
+    golden = read_pcap(tmp_path / "g.pcap")
+    frames = read_pcap(pcap)
+    for idle, backpressure, seed in ((0.0, 0.0, 1), (0.3, 0.4, 5)):
+        out = tmp_path / f"f{seed}.pcap"
+        assert main(["replay", name, str(pcap), *args, "--engine", "fast", "--idle", str(idle), "--backpressure",
+                     str(backpressure), "--seed", str(seed), "-o", str(out)]) == 0
+        assert read_pcap(out) == golden, (idle, backpressure)
+    block = get_block(name)
+    params = block.resolve(params)
+    ctl = (read_events(pcap.with_suffix(".ctl.jsonl"), allow_empty=True) if pcap.with_suffix(".ctl.jsonl").exists()
+           else [])
+    actions = read_events(pcap.with_suffix(".actions.jsonl"), kinds=("act",)) if name == "laps-editor" else None
+    streams, stats = fast.replay_streams(block, params, frames, ctl, actions=actions)
+    assert stats["frames_in"] == len(frames) and stats["frames_out"] == len(golden)
+    ports = fast.packet_ports(block, params)
+    for port in ports["axis_out"]:
+        assert len(streams[port]) > 10, (port, len(streams[port]))
+    if ports["sinks"]:
+        assert stats["sink_items"] > 50
+    if ports["act"]:
+        assert stats["actions_in"] == len(frames)
+    if name != "pro-rx-wire":           # (its host frames leave as they came)
+        assert sum(g != f for g, f in zip(streams["m_axis"], frames)) > 15       # edited, not passed
 
 
 # -- the cocotb runner's simulator choice (tb/lib/runner.py) -------------------------------------------------------

@@ -144,8 +144,8 @@ def test_pcap_replay_counts_frames(tmp_path, monkeypatch):
     write_pcap(tmp_path / "in.pcap", frames_for(random.Random(5), 6))
     ctl = [{"ctl": {"table": 0, "index": p, "data": 0x1111 * p}} for p in range(4)]
     (tmp_path / "ctl.jsonl").write_text("".join(json.dumps(c) + "\n" for c in ctl))
-    real = engine._golden_frames
-    monkeypatch.setattr(engine, "_golden_frames", lambda *a: real(*a) + [bytes(64)])
+    real = engine.golden_ports
+    monkeypatch.setattr(engine, "golden_ports", lambda *a: real(*a) + [("m_axis", bytes(64))])
     with pytest.raises(RuntimeError, match="the RTL sent 6 frames, the golden model 7"):
         engine.replay_pcap("themis-s-wire", {"n_paths": 4}, tmp_path / "in.pcap", tmp_path / "r.pcap", ctl,
                            engine="rtl")

@@ -83,6 +83,18 @@ class Block:
     #: an event of such a stream just before an ``item`` event is offered in the same clock as the item and
     #: applies before it (see lbpipe/trace.py).
     streams: tuple = ()
+    #: Packet pipelines with plain input ports beside the streams (``laps-rx-wire``'s ``now``): per port,
+    #: ``"module:NAME"`` of the value a pcap replay holds it at (the golden model's replay assumes the same).
+    held_inputs: Dict[str, str] = field(default_factory=dict)
+
+    def held_values(self):
+        """``{port: value}`` of :attr:`held_inputs`."""
+        import importlib
+        out = {}
+        for port, path in self.held_inputs.items():
+            module, name = path.split(":")
+            out[port] = int(getattr(importlib.import_module(module), name))
+        return out
 
     def stream_layouts(self, params):
         """``{name: payload layout}`` of the block's extra input streams (empty for the single-stream blocks)."""

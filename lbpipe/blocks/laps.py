@@ -346,6 +346,7 @@ BLOCKS.append(Block(
     golden_ref="lbpipe.sim.laps.rx_wire:LapsRxWireModel",
     tb_module="lbpipe.tb.laps.test_rx_wire",
     pcap_trace="lbpipe.tb.laps.test_rx_wire:pcap_trace",
+    held_inputs={"now": "lbpipe.sim.laps.rx_wire:REPLAY_NOW"},
     doc="docs/laps_rx_wire.md",
     interface="packet",
     report_extra=_rx_wire_extra,

@@ -2,18 +2,21 @@
 // Python in the loop (lbpipe/fast.py builds and runs it; docs/simulation.md).
 //
 // Two tops, chosen at compile time:
-//  * packet pipelines (boards/top.py FlatTop): frames on s_axis_* / m_axis_*, control commands over s_axil_*
-//    before the first frame;
+//  * packet pipelines (boards/top.py FlatTop): frames on s_axis_* / m_axis_* (and the further AXI4-Stream outputs
+//    the build's lbpipe_ports.h names), control commands over s_axil_* before the first frame, one action per frame
+//    on the action stream of a block that takes them;
 //  * metadata blocks (-DLBPIPE_META, boards/top.py AxiLiteTop, or StreamsTop for blocks with extra input streams):
 //    items on in_* (and <stream>_*) / out_*, each control command written over s_axil_* after every earlier item
 //    has left (the order the cocotb engine keeps); the items of a group (one clock of the cocotb engine's
 //    GroupSource) are offered together, each stream holding valid until its item is taken.
 //
 // Files are little-endian binary (written by lbpipe/fast.py):
-//  packet input:  "LBPF" u32 n_cmds, n_cmds x (u32 table, u32 index, u64 data), then frames: u32 length, bytes
+//  packet input:  "LBPF" u32 n_held, n_held x u64 (the held inputs' values), u32 n_cmds, n_cmds x (u32 table,
+//                 u32 index, u64 data), u32 action bytes, u32 n_actions, the actions, then frames: u32 length, bytes
 //  meta input:    "LBPM" u32 n_streams, n_streams x u32 bytes (in_*, then the extra streams), then records:
 //                 u8 0 + (u32 table, u32 index, u64 data) | u8 1 + u8 streams (bit k: stream k) + their bytes
-//  output:        packet: u32 length, bytes per frame; meta: out_bytes per item
+//  output:        packet: u8 stream (0 m_axis, then LBPIPE_AXIS_OUT's order), u32 length, bytes per frame;
+//                 meta: out_bytes per item
 // Arguments: IN OUT IDLE BACKPRESSURE SEED SETTLE_CYCLES. A JSON line of measurements goes to standard output.
 //
 // Pauses follow the cocotb harness's pause_pattern: runs of 1 to 8 cycles, each run paused with the given
@@ -23,6 +26,12 @@
 
 #include "Vtop.h"
 #include "verilated.h"
+
+#ifndef LBPIPE_META
+#include "lbpipe_ports.h"   // the packet top's further ports (below, before the packet harness)
+#else
+#define LBPIPE_AXIL 1       // every metadata top has the control bridge
+#endif
 
 #include <chrono>
 #include <ctime>
@@ -147,6 +156,7 @@ struct Harness {
         for (uint32_t i = 0; i < settle_cycles; ++i) tick();
     }
 
+#if LBPIPE_AXIL
     void axil_write(uint32_t addr, uint32_t data) {
         top->s_axil_awaddr = addr;
         top->s_axil_awprot = 0;
@@ -180,9 +190,18 @@ struct Harness {
         axil_write(0x14, static_cast<uint32_t>(data >> 32));
         axil_write(0x18, 1);
     }
+#endif
 };
 
 #ifndef LBPIPE_META
+
+// The packet top's ports beside s_axis and m_axis, written by lbpipe/fast.py into the build directory:
+//   LBPIPE_AXIS_OUT(X)  X(m_ack) ...   more AXI4-Stream outputs: file streams 1, 2, ... (m_axis is stream 0)
+//   LBPIPE_SINKS(X)     X(upd) ...     metadata outputs: always ready, their items counted and dropped
+//   LBPIPE_IDLE_IN(X)   X(tmo) ...     metadata inputs: never valid
+//   LBPIPE_HELD(X)      X(now) ...     plain inputs: held at the file's values, in this order
+//   LBPIPE_ACT(f)       act_##f        (only if defined) the per-frame action stream's port f: one action per frame
+//   LBPIPE_AXIL         1 or 0         the AXI4-Lite control bridge is there (commands) or not
 
 using TData = std::remove_reference_t<decltype(Vtop::s_axis_tdata)>;
 constexpr size_t BEAT = sizeof(TData);
@@ -193,32 +212,83 @@ constexpr uint64_t QUIET_CYCLES = 2000;
 //: Cycles without any input or output beat, input still waiting, that count as a stalled pipeline.
 constexpr uint64_t STALL_CYCLES = 1000000;
 
+// One AXI4-Stream output: its handshake, its beat's bytes and its own back-pressure; a frame is gathered in `got`
+// and written as (u8 stream, u32 length, bytes) once its tlast beat is taken.
+struct AxisOut {
+    CData* valid;
+    CData* ready;
+    CData* last;
+    void (*data)(Vtop*, uint8_t*);
+    uint64_t (*keep)(Vtop*);
+    std::vector<uint8_t> got{};
+};
+#define LBPIPE_AXIS(name)                                                                     \
+    AxisOut{&top->name##_tvalid, &top->name##_tready, &top->name##_tlast,                     \
+            [](Vtop* t, uint8_t* d) { get_bytes(t->name##_tdata, d, BEAT); },                 \
+            [](Vtop* t) -> uint64_t { return static_cast<uint64_t>(t->name##_tkeep); }},
+#define LBPIPE_SINK(name) std::pair<CData*, CData*>{&top->name##_valid, &top->name##_ready},
+#define LBPIPE_IDLE(name) top->name##_valid = 0;
+#define LBPIPE_COUNT(name) +1
+#define LBPIPE_HOLD(name)                                                           \
+    {                                                                               \
+        const uint64_t value = in.get<uint64_t>();                                  \
+        put_bytes(top->name, reinterpret_cast<const uint8_t*>(&value), sizeof value); \
+    }
+
 int run(int argc, char** argv) {
     Reader in(argv[1]);
     Writer out(argv[2]);
-    Pauses idle(std::atof(argv[3]), std::strtoull(argv[5], nullptr, 10) * 2 + 1);
-    Pauses backpressure(std::atof(argv[4]), std::strtoull(argv[5], nullptr, 10) * 2 + 2);
+    const uint64_t seed = std::strtoull(argv[5], nullptr, 10);
+    Pauses idle(std::atof(argv[3]), seed * 2 + 1);
     char magic[4];
     if (!in.read(magic, 4) || std::memcmp(magic, "LBPF", 4)) fail("not a packet replay file");
     Harness h;
+    Vtop* top = h.top.get();
+    std::vector<AxisOut> outs{LBPIPE_AXIS(m_axis) LBPIPE_AXIS_OUT(LBPIPE_AXIS)};
+    // Stream 0 keeps the seed's second sequence; each further output pauses on a sequence of its own.
+    std::vector<Pauses> backpressure;
+    for (size_t k = 0; k < outs.size(); ++k) backpressure.emplace_back(std::atof(argv[4]), seed * 2 + 2 + 1000 * k);
+    const std::vector<std::pair<CData*, CData*>> sinks{LBPIPE_SINKS(LBPIPE_SINK)};
+    if (in.get<uint32_t>() != 0 LBPIPE_HELD(LBPIPE_COUNT)) fail("another number of held inputs than the block's");
+    LBPIPE_HELD(LBPIPE_HOLD)
+    LBPIPE_IDLE_IN(LBPIPE_IDLE)
     h.reset(static_cast<uint32_t>(std::strtoul(argv[6], nullptr, 10)));
     const uint32_t n_cmds = in.get<uint32_t>();
     for (uint32_t i = 0; i < n_cmds; ++i) {
         const uint32_t table = in.get<uint32_t>(), index = in.get<uint32_t>();
-        h.command(table, index, in.get<uint64_t>());
+        const uint64_t data = in.get<uint64_t>();
+#if LBPIPE_AXIL
+        h.command(table, index, data);
+#else
+        (void)table, (void)index, (void)data;
+        fail("this block takes no control commands");
+#endif
     }
-    Vtop* top = h.top.get();
+    // Actions (one per frame, offered as fast as the block takes them, ahead of the frames if it wants).
+    const uint32_t act_bytes = in.get<uint32_t>(), n_acts = in.get<uint32_t>();
+    std::vector<uint8_t> acts(static_cast<size_t>(act_bytes) * n_acts);
+    if (!in.read(acts.data(), acts.size())) fail("the actions of the input file are cut");
+    uint64_t acts_taken = 0;
+#ifdef LBPIPE_ACT
+    if (act_bytes != sizeof(top->LBPIPE_ACT(payload)) && n_acts) fail("actions of another width than the block's");
+    auto load_act = [&]() {
+        if (acts_taken < n_acts) put_bytes(top->LBPIPE_ACT(payload), &acts[acts_taken * act_bytes], act_bytes);
+    };
+    load_act();
+#else
+    if (n_acts) fail("this block takes no actions");
+#endif
     top->s_axis_tuser = 0;
     top->s_axis_tvalid = 0;
 
-    std::vector<uint8_t> frame, got;
+    std::vector<uint8_t> frame;
     size_t offset = 0;
-    bool have = false, more = true;
-    uint64_t frames_in = 0, frames_out = 0, beats_in = 0, beats_out = 0, quiet = 0, stalled = 0;
+    bool have = false;
+    uint64_t frames_in = 0, frames_out = 0, beats_in = 0, beats_out = 0, sink_items = 0, quiet = 0, stalled = 0;
     auto next_frame = [&]() {
         uint32_t length;
         if (!in.read(&length, 4)) {
-            more = have = false;
+            have = false;
             return;
         }
         frame.resize(length);
@@ -240,29 +310,44 @@ int run(int argc, char** argv) {
     const uint64_t start_cycles = h.cycles;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
+    std::vector<char> ready(outs.size());
     while (have || quiet < QUIET_CYCLES) {
         const bool offer = have && !idle.next();
-        const bool ready = !backpressure.next();
         top->s_axis_tvalid = offer;
-        top->m_axis_tready = ready;
+        for (size_t k = 0; k < outs.size(); ++k) *outs[k].ready = ready[k] = !backpressure[k].next();
+        for (const auto& sink : sinks) *sink.second = 1;
+#ifdef LBPIPE_ACT
+        top->LBPIPE_ACT(valid) = acts_taken < n_acts;
+#endif
         h.settle();
         const bool in_fire = offer && top->s_axis_tready;
-        const bool out_fire = ready && top->m_axis_tvalid;
-        if (out_fire) {
+        bool out_fire = false;
+        for (size_t k = 0; k < outs.size(); ++k) {
+            AxisOut& o = outs[k];
+            if (!(ready[k] && *o.valid)) continue;
+            out_fire = true;
             uint8_t data[BEAT];
-            get_bytes(top->m_axis_tdata, data, BEAT);
-            const uint64_t keep = top->m_axis_tkeep;
-            for (size_t k = 0; k < BEAT; ++k)
-                if (keep >> k & 1) got.push_back(data[k]);
+            o.data(top, data);
+            const uint64_t keep = o.keep(top);
+            for (size_t b = 0; b < BEAT; ++b)
+                if (keep >> b & 1) o.got.push_back(data[b]);
             ++beats_out;
-            if (top->m_axis_tlast) {
-                const uint32_t length = static_cast<uint32_t>(got.size());
+            if (*o.last) {
+                const uint8_t stream = static_cast<uint8_t>(k);
+                const uint32_t length = static_cast<uint32_t>(o.got.size());
+                out.write(&stream, 1);
                 out.write(&length, 4);
-                out.write(got.data(), got.size());
-                got.clear();
+                out.write(o.got.data(), o.got.size());
+                o.got.clear();
                 ++frames_out;
             }
         }
+        for (const auto& sink : sinks) sink_items += *sink.first;
+#ifdef LBPIPE_ACT
+        const bool act_fire = acts_taken < n_acts && top->LBPIPE_ACT(ready);
+#else
+        const bool act_fire = false;
+#endif
         h.rise();
         if (in_fire) {
             ++beats_in;
@@ -273,18 +358,26 @@ int run(int argc, char** argv) {
             }
             if (have) load_beat();
         }
+        if (act_fire) {
+            ++acts_taken;
+#ifdef LBPIPE_ACT
+            load_act();
+#endif
+        }
         quiet = out_fire ? 0 : quiet + 1;
         stalled = (in_fire || out_fire) ? 0 : stalled + 1;
         if (have && stalled > STALL_CYCLES) fail("the pipeline stopped taking input (1,000,000 cycles)");
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    if (!got.empty()) fail("the last output frame has no tlast");
+    for (const AxisOut& o : outs)
+        if (!o.got.empty()) fail("the last output frame has no tlast");
     std::printf("{\"cycles\": %llu, \"stream_cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"frames_in\": %llu, "
-                "\"frames_out\": %llu, \"beats_in\": %llu, \"beats_out\": %llu}\n",
+                "\"frames_out\": %llu, \"beats_in\": %llu, \"beats_out\": %llu, \"sink_items\": %llu, "
+                "\"actions_in\": %llu}\n",
                 (unsigned long long)h.cycles, (unsigned long long)(h.cycles - start_cycles), seconds, cpu_seconds,
                 (unsigned long long)frames_in, (unsigned long long)frames_out, (unsigned long long)beats_in,
-                (unsigned long long)beats_out);
+                (unsigned long long)beats_out, (unsigned long long)sink_items, (unsigned long long)acts_taken);
     (void)argc;
     return 0;
 }

@@ -54,8 +54,13 @@ class LapsRxWireModel:
         return [self.counters[c] for c in COUNTERS] + self.editor.stats()
 
     def process(self, frame):
+        return [f for _, f in self.process_ports(frame)]
+
+    def process_ports(self, frame):
+        """``[(port, frame)]`` that leave for ``frame`` at ``now``: its host frame on ``m_axis``, then its ACK on
+        ``m_ack`` (either may be missing)."""
         out = self.step(frame, self.now)
-        return [f for f in (out["host"], out["ack"]) if f is not None]
+        return [(port, out[key]) for port, key in (("m_axis", "host"), ("m_ack", "ack")) if out[key] is not None]
 
     def step(self, frame, now):
         frame = bytes(frame)

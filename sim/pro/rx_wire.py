@@ -84,8 +84,13 @@ class ProRxWireModel:
     def process(self, frame):
         """The frames that leave for ``frame``: the frame itself (``m_axis``), then its NAK frames
         (``m_axis_nak``)."""
+        return [f for _, f in self.process_ports(frame)]
+
+    def process_ports(self, frame):
+        """``[(port, frame)]`` that leave for ``frame``: the frame on ``m_axis``, then its NAK frames on
+        ``m_axis_nak``."""
         host, naks = self.receive(frame)
-        return [host] + naks
+        return [("m_axis", host)] + [("m_axis_nak", nak) for nak in naks]
 
 
 class RxControlPlane:
