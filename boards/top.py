@@ -6,12 +6,15 @@ Vivado's interface inference, and ``in_valid/in_ready/in_payload``, ``out_valid/
 metadata streams, whose payload bit layout is the block's layout (first field in the low bits).
 """
 
-from amaranth import Elaboratable, Module, Shape, Signal
+from types import SimpleNamespace
+
+from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Module, ResetSignal, Shape, Signal
 from amaranth.lib import wiring
 
 from lbpipe.hdl.lib.axil import ControlBridge
+from lbpipe.hdl.lib.stage import register_slice
 
-__all__ = ["AxiLiteTop", "StreamsTop", "FlatTop"]
+__all__ = ["AxiLiteTop", "StreamsTop", "FlatTop", "RegisteredPorts", "PowerOnReset"]
 
 
 def _axil_ports(bridge):
@@ -173,4 +176,82 @@ class FlatTop(Elaboratable):
             for i in range(self.n_status):
                 m.d.comb += bridge.status[i].eq(block.stats.word_select(i, 32))
             _connect_axil(m, bridge, self.axil)
+        return m
+
+
+class RegisteredPorts(wiring.Component):
+    """``block`` with the same ports, each stream behind a register slice and each plain input behind a register;
+    ``ctl`` and the outputs that are not streams pass straight.
+
+    For the fast replay engine (lbpipe/fast.py) only: none of the block's logic is then fed by a top-level input in
+    the same clock, so Verilator evaluates it once per cycle (at the clock edge) instead of also after every change
+    of the inputs. The frames and items are the block's own; each stream gains one cycle of latency and two items of
+    buffering, and a plain input takes effect a cycle later.
+
+    Parameters
+    ----------
+    block : wiring.Component
+    """
+
+    def __init__(self, block):
+        self._block = block
+        super().__init__(block.signature)
+
+    @staticmethod
+    def _stream(port):
+        """A stream port as ``valid``, ``payload`` (one value) and ``ready``: AXI4-Stream's ``tdata``, ``tkeep``,
+        ``tlast`` and ``tuser`` joined, or a ``lib.stream`` port as it is."""
+        if hasattr(port, "tdata"):
+            return SimpleNamespace(valid=port.tvalid, ready=port.tready,
+                                   payload=Cat(port.tdata, port.tkeep, port.tlast, port.tuser))
+        return SimpleNamespace(valid=port.valid, ready=port.ready, payload=port.payload.as_value())
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.block = block = self._block
+        for name, member in self.signature.members.items():
+            outer, inner = getattr(self, name), getattr(block, name)
+            if name == "ctl":
+                wiring.connect(m, wiring.flipped(outer), inner)
+            elif member.is_port:
+                if member.flow == wiring.In:
+                    held = Signal.like(outer, name=f"reg_{name}", reset_less=True)     # no reset: no 0 after one
+                    m.d.sync += held.eq(outer)
+                    m.d.comb += inner.eq(held)
+                else:
+                    m.d.comb += outer.eq(inner)
+            elif member.flow == wiring.In:
+                src, dst = self._stream(outer), self._stream(inner)
+                register_slice(m, f"reg_{name}", src.valid, src.payload, src.ready, dst)
+            else:
+                src, dst = self._stream(inner), self._stream(outer)
+                register_slice(m, f"reg_{name}", src.valid, src.payload, src.ready, dst)
+        return m
+
+
+class PowerOnReset(Elaboratable):
+    """``top`` with a clock input ``clk`` and no reset input: the ``sync`` domain is held in reset for the first
+    ``cycles`` clocks by a counter of its own (initial value, no reset) and then runs.
+
+    For the fast replay engine only, with :class:`RegisteredPorts`: a reset input feeds every register's next-state
+    logic, which Verilator then re-evaluates whenever an input changes; an internal reset leaves that logic to the
+    clock edge. ``ports()`` is ``top``'s and ``clk``."""
+
+    def __init__(self, top, cycles=4):
+        self.top, self.cycles = top, cycles
+        self.clk = Signal(name="clk")
+
+    def ports(self):
+        return [*self.top.ports(), self.clk]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        m.domains.por = ClockDomain("por", reset_less=True)
+        left = Signal(range(self.cycles + 1), init=self.cycles, name="por_left")
+        m.d.comb += [ClockSignal("sync").eq(self.clk), ClockSignal("por").eq(self.clk),
+                     ResetSignal("sync").eq(left != 0)]
+        with m.If(left != 0):
+            m.d.por += left.eq(left - 1)
+        m.submodules.top = self.top
         return m

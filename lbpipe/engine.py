@@ -114,31 +114,39 @@ def _complete_ctl(cmd):
     return values
 
 
-def build_top(block, params):
+def build_top(block, params, *, registered=False):
     """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
     build it: :class:`AxiLiteTop` for metadata blocks (:class:`StreamsTop` when they take extra input streams),
-    :class:`FlatTop` for packet I/O stages."""
-    from lbpipe.boards.top import AxiLiteTop, FlatTop, StreamsTop
+    :class:`FlatTop` for packet I/O stages. ``registered`` (packet stages, for the fast engine): the block behind
+    :class:`RegisteredPorts`, the same ports."""
+    from lbpipe.boards.top import AxiLiteTop, FlatTop, PowerOnReset, RegisteredPorts, StreamsTop
     block = resolve_block(block)
     component = block.build(**block.resolve(params))
     streams = [name for name in block.streams if name in component.signature.members]
     if block.is_meta and streams:
         return StreamsTop(component, streams)
-    return AxiLiteTop(component) if block.is_meta else FlatTop(component)
+    if block.is_meta:
+        return AxiLiteTop(component)
+    if registered:
+        from .fast import RESET_CYCLES
+        return PowerOnReset(FlatTop(RegisteredPorts(component)), cycles=RESET_CYCLES)
+    return FlatTop(component)
 
 
-def top_verilog(block, params, directory=None):
+def top_verilog(block, params, directory=None, *, registered=False):
     """Write the wrapped block's Verilog (content-addressed build directory unless given, and then not written again
-    while the design's sources are unchanged: :func:`lbpipe.tb.lib.runner.cached_verilog`); returns the path."""
+    while the design's sources are unchanged: :func:`lbpipe.tb.lib.runner.cached_verilog`); returns the path.
+    ``registered``: :func:`build_top`'s, the fast engine's top of a packet stage."""
     from lbpipe.tb.lib.runner import cached_verilog, write_verilog
 
     def make():
-        top = build_top(block, params)
+        top = build_top(block, params, registered=registered)
         return write_verilog(top, name="lbpipe_top", ports=top.ports(), directory=directory)
     if directory is not None:
         return make()
     block = resolve_block(block)
-    return cached_verilog({"block": block.name, "params": block.resolve(params), "top": "lbpipe_top"}, make)
+    return cached_verilog({"block": block.name, "params": block.resolve(params), "top": "lbpipe_top",
+                           **({"registered": True} if registered else {})}, make)
 
 
 def run_rtl(block, params, events, *, idle=0.0, backpressure=0.0, seed=1, compare=True, testcase="trace",
@@ -222,6 +230,8 @@ def golden_ports(block, params, frames, ctl_events, actions=None):
     out = []
     for k, frame in enumerate(frames):
         if hasattr(model, "process_ports"):
+            if actions is not None:
+                raise ValueError(f"{block.name}: a model with several outputs takes no per-frame actions here")
             out += model.process_ports(frame)
             continue
         result = model.process(frame, actions[k]["act"]) if actions is not None else model.process(frame)
@@ -261,6 +271,9 @@ def replay_pcap(block, params, pcap_in, pcap_out, ctl_events, *, engine="golden"
         write_pcap(pcap_out, got)
         if stats is not None:
             stats.update(measured)
+        for port, sent, want in measured["wrong_outputs"]:
+            raise RuntimeError(f"{block.name}: the RTL sent {sent} frames on {port}, the golden model {want} "
+                               f"(frames written to {pcap_out})")
         if len(got) != len(expected):
             raise RuntimeError(f"{block.name}: the RTL sent {len(got)} frames, the golden model {len(expected)} "
                                f"(frames written to {pcap_out})")

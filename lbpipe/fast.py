@@ -27,7 +27,7 @@ from amaranth import Shape
 from .trace import layout_fields
 
 __all__ = ["HARNESS", "FastError", "supports", "packet_ports", "build_replay", "replay_streams", "merge_streams",
-           "replay_frames", "run_items", "settle_cycles", "engine_speeds"]
+           "port_counts", "replay_frames", "run_items", "settle_cycles", "engine_speeds"]
 
 #: The C++ harness, shipped as package data.
 HARNESS = pathlib.Path(__file__).parent / "csrc" / "replay.cpp"
@@ -54,6 +54,9 @@ class FastError(RuntimeError):
 PACKET_PORTS = {"s_axis", "m_axis", "ctl", "stats"}
 
 
+#: Clocks the fast top's power-on reset lasts (boards/top.py PowerOnReset; the harness waits as many).
+RESET_CYCLES = 4
+
 #: Extra input streams a metadata build carries at most (the file gives each group one byte of stream bits).
 MAX_STREAMS = 7
 
@@ -67,10 +70,20 @@ def supports(block):
     if block.golden is None:
         return False
     try:
-        packet_ports(block, block.resolve({}))
+        ports = packet_ports(block, block.resolve({}))
     except ValueError:
         return False
-    return True
+    # frames of several outputs are put in order by the golden model's process_ports
+    return not ports["axis_out"] or _has_process_ports(block)
+
+
+def _has_process_ports(block):
+    """Whether the block's golden model class names each frame's output (``process_ports``)."""
+    import importlib
+    if block.golden_ref is None:
+        return False
+    module, name = block.golden_ref.split(":")
+    return hasattr(getattr(importlib.import_module(module), name), "process_ports")
 
 
 def packet_ports(block, params):
@@ -91,6 +104,10 @@ def packet_ports(block, params):
                 continue                 # a plain output (status) the replay does not read
             if name not in values:
                 raise ValueError(f"{block.name}: input {name!r} has no replay value (Block.held_inputs)")
+            width = Shape.cast(member.shape).width
+            if not 0 <= values[name] < 1 << min(width, 64):
+                raise ValueError(f"{block.name}: replay value {values[name]} of input {name!r} does not fit its "
+                                 f"{width} bits (or 64)")
             ports["held"][name] = values[name]
             continue
         sub = member.signature.members
@@ -109,7 +126,7 @@ def packet_ports(block, params):
 
 def _ports_header(ports):
     """The harness's ``lbpipe_ports.h`` of a packet build (see lbpipe/csrc/replay.cpp)."""
-    names = [*ports["axis_out"], *ports["sinks"], *ports["idle_in"], *ports["held"], *([ports["act"]] * bool(ports["act"]))]
+    names = [*ports["axis_out"], *ports["sinks"], *ports["idle_in"], *ports["held"], *filter(None, [ports["act"]])]
     for name in names:
         if not name.isidentifier():
             raise ValueError(f"port {name!r} is not a C identifier")
@@ -120,7 +137,9 @@ def _ports_header(ports):
             + macro("AXIS_OUT", ports["axis_out"]) + macro("SINKS", ports["sinks"])
             + macro("IDLE_IN", ports["idle_in"]) + macro("HELD", ports["held"])
             + (f"#define LBPIPE_ACT(field) {ports['act']}_##field\n" if ports["act"] else "")
-            + f"#define LBPIPE_AXIL {int(ports['axil'])}\n")
+            + f"#define LBPIPE_AXIL {int(ports['axil'])}\n"
+            + f"#define LBPIPE_RST {int(ports.get('rst', True))}\n"      # 0: boards/top.py PowerOnReset
+            + f"#define LBPIPE_RESET_CYCLES {RESET_CYCLES}\n")
 
 
 def settle_cycles(params):
@@ -229,7 +248,8 @@ def replay_streams(block, params, frames, ctl_events, *, actions=None, idle=0.0,
     measurements)``, every AXI4-Stream output of the block a key (``m_axis`` first). Measurements: ``cycles`` (all,
     from reset), ``stream_cycles`` (from the first frame offered until :data:`QUIET_CYCLES` after the last output),
     ``seconds`` (wall time of that streaming loop), ``cycles_per_second``, frames and beats in and out (every
-    output), ``sink_items`` (items the metadata outputs gave), ``actions_in``."""
+    output), ``sink_items`` (items the metadata outputs gave), ``actions_in``. ``verilog``: another top's Verilog
+    (``lbpipe verilog``'s, with a reset input) instead of the fast top."""
     from .engine import resolve_block, top_verilog
     from .trace import pack
     block = resolve_block(block)
@@ -238,11 +258,15 @@ def replay_streams(block, params, frames, ctl_events, *, actions=None, idle=0.0,
                          f"(metadata blocks: run_items)")
     params = block.resolve(params)
     ports = packet_ports(block, params)
-    if ports["act"] and actions is None:
-        raise ValueError(f"{block.name} needs one action per frame")
+    if ports["act"] and (actions is None or len(actions) != len(frames)):
+        raise ValueError(f"{block.name} needs one action per frame: {len(frames)} frames, "
+                         f"{'no' if actions is None else len(actions)} actions")
     if not ports["act"] and actions:
         raise ValueError(f"{block.name} takes no per-frame actions")
-    exe = build_replay(verilog or top_verilog(block, params), meta=False, ports=ports)
+    # The fast top (engine.build_top's ``registered``): registered ports and a power-on reset, so Verilator
+    # evaluates the block once per clock; the frames are the block's own (docs/simulation.md, "Speed").
+    exe = build_replay(verilog or top_verilog(block, params, registered=True), meta=False,
+                       ports=dict(ports, rst=verilog is not None))
     names = ["m_axis", *ports["axis_out"]]
     with tempfile.TemporaryDirectory(prefix="lbpipe-fast-") as tmp:
         infile, outfile = pathlib.Path(tmp) / "in.bin", pathlib.Path(tmp) / "out.bin"
@@ -277,7 +301,8 @@ def replay_streams(block, params, frames, ctl_events, *, actions=None, idle=0.0,
 def merge_streams(streams, plan):
     """One list of the frames of ``streams`` (``{port: frames}``, each in its own order) in the order of ``plan``,
     the port of each frame the golden model sends (:func:`lbpipe.engine.golden_ports`); frames beyond the plan
-    follow, port by port."""
+    follow, port by port. The order alone does not show a frame sent on the wrong output: compare
+    :func:`port_counts` first (``lbpipe replay`` does)."""
     left = {port: iter(frames) for port, frames in streams.items()}
     out = []
     for port in plan:
@@ -289,16 +314,30 @@ def merge_streams(streams, plan):
     return out
 
 
+def port_counts(streams, plan):
+    """``[(port, frames sent, frames the plan has)]`` for each port where the two differ (empty: every output sent
+    as many frames as the golden model's plan gives it)."""
+    from collections import Counter
+    want = Counter(plan)
+    return [(port, len(streams.get(port, [])), want[port]) for port in sorted(set(streams) | set(want))
+            if len(streams.get(port, [])) != want[port]]
+
+
 def replay_frames(block, params, frames, ctl_events, *, actions=None, plan=None, idle=0.0, backpressure=0.0, seed=1,
                   verilog=None):
     """:func:`replay_streams` as one list of frames: ``m_axis``'s alone, or for a block with more AXI4-Stream
-    outputs every output's in the order of ``plan`` (:func:`merge_streams`), which such a block needs."""
+    outputs every output's in the order of ``plan`` (:func:`merge_streams`), which such a block needs. With a
+    plan, the measurements' ``wrong_outputs`` lists the outputs that sent another number of frames than the plan
+    gives them (:func:`port_counts`)."""
     streams, stats = replay_streams(block, params, frames, ctl_events, actions=actions, idle=idle,
                                     backpressure=backpressure, seed=seed, verilog=verilog)
     if len(streams) > 1 and plan is None:
         raise ValueError(f"{getattr(block, 'name', block)} has {len(streams)} AXI4-Stream outputs: give the golden "
                          f"model's plan of ports")
-    return (merge_streams(streams, plan) if plan is not None else streams["m_axis"]), stats
+    if plan is None:
+        return streams["m_axis"], stats
+    stats["wrong_outputs"] = port_counts(streams, plan)
+    return merge_streams(streams, plan), stats
 
 
 def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
@@ -365,9 +404,10 @@ def engine_speeds(block, params, *, fast_frames=5000, cocotb_frames=200, seed=1)
     """``lbpipe bench``'s simulation speed of a packet pipeline, per engine: the block's own pcap trace
     (``Block.pcap_trace``) replayed without pauses. Returns one dict per engine: ``engine``, ``frames``,
     ``cycles``, ``seconds`` and ``cycles_per_second`` (wall clock), ``cpu_seconds`` and ``cycles_per_cpu_second``
-    (the harness's CPU time; for cocotb, the simulator process's). The fast engine counts its own cycles; the cocotb engine's run is timed whole (start-up,
-    AXI4-Lite set-up and Python included, as a user waits for it) over the cycles the fast engine needs for the
-    same frames, so its figure is what a replay costs per clock cycle. The build is not timed (it is cached)."""
+    (the harness's CPU time; for cocotb, the simulator process's). The fast engine counts its own cycles; the
+    cocotb engine's run is timed whole (start-up, AXI4-Lite set-up and Python included, as a user waits for it) over
+    the cycles the fast engine needs for the same frames, so its figure is what a replay costs per clock cycle. The
+    build is not timed (it is cached)."""
     import functools
     import importlib
     import inspect

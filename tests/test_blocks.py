@@ -64,7 +64,6 @@ def test_reset_state(name, seed):
 REGRESSION_SEEDS = 3
 
 
-
 def _regression_runs():
     """``(seed, simulator)``: the last seed runs on the simulator ``LBPIPE_SIM`` does not pick (Verilator beside the
     default Icarus), so the full profile, CI's, runs every block's RTL on both (issue #19); None: ``LBPIPE_SIM``'s."""

@@ -83,7 +83,7 @@ def test_fast_replay_counts_frames(tmp_path, monkeypatch):
     write_pcap(tmp_path / "in.pcap", _s_frames(6, seed=5))
     real = engine.golden_ports
     monkeypatch.setattr(engine, "golden_ports", lambda *a: real(*a) + [("m_axis", bytes(64))])
-    with pytest.raises(RuntimeError, match="the RTL sent 6 frames, the golden model 7"):
+    with pytest.raises(RuntimeError, match="the RTL sent 6 frames on m_axis, the golden model 7"):
         engine.replay_pcap("themis-s-wire", S_PARAMS, tmp_path / "in.pcap", tmp_path / "r.pcap", S_CTL,
                            engine="fast")
 
@@ -250,12 +250,42 @@ def test_packet_ports_of_each_pipeline():
 
 def test_merge_streams_follows_the_plan():
     """Each output's frames in its own order, merged in the golden model's order of ports (hand-worked); frames
-    the plan does not name follow, and a port that ran out is skipped (the count check then fails the replay)."""
+    the plan does not name follow, and a port that ran out is skipped. A frame on the wrong output can merge into
+    the golden order (every ACK on m_axis; one host frame on m_ack), so ``port_counts`` names the outputs whose
+    count differs from the plan's, which ``lbpipe replay`` refuses."""
     streams = {"m_axis": [b"h1", b"h2", b"h3"], "m_ack": [b"a1", b"a2"]}
-    assert fast.merge_streams(streams, ["m_axis", "m_ack", "m_axis", "m_axis", "m_ack"]) == \
-        [b"h1", b"a1", b"h2", b"h3", b"a2"]
+    plan = ["m_axis", "m_ack", "m_axis", "m_axis", "m_ack"]
+    assert fast.merge_streams(streams, plan) == [b"h1", b"a1", b"h2", b"h3", b"a2"]
+    assert fast.port_counts(streams, plan) == []
     assert fast.merge_streams(streams, ["m_ack", "m_axis"]) == [b"a1", b"h1", b"h2", b"h3", b"a2"]
     assert fast.merge_streams(streams, ["m_ack"] * 3 + ["m_axis"]) == [b"a1", b"a2", b"h1", b"h2", b"h3"]
+    plan = ["m_axis", "m_ack", "m_axis", "m_ack"]
+    assert fast.merge_streams({"m_axis": [b"h1", b"a1", b"h2", b"a2"], "m_ack": []}, plan) == [b"h1", b"a1", b"h2",
+                                                                                            b"a2"]
+    assert fast.port_counts({"m_axis": [b"h1", b"a1", b"h2", b"a2"], "m_ack": []}, plan) == [("m_ack", 0, 2),
+                                                                                            ("m_axis", 4, 2)]
+    assert fast.port_counts({"m_axis": [b"h1"], "m_ack": [b"a1", b"h2", b"a2"]}, plan) == [("m_ack", 3, 2),
+                                                                                          ("m_axis", 1, 2)]
+
+
+def test_packet_ports_refusals():
+    """A plain input without a replay value, or with one wider than the port (2^48 for the 48-bit ``now``), and a
+    second frame output whose golden model does not name each frame's output, are refused before any build."""
+    import dataclasses
+    rx = get_block("laps-rx-wire")
+    assert not fast.supports(dataclasses.replace(rx, held_inputs={}))
+    with pytest.raises(ValueError, match="'now' has no replay value"):
+        fast.packet_ports(dataclasses.replace(rx, held_inputs={}), rx.resolve({}))
+    wide = dataclasses.replace(rx, held_inputs={"now": "lbpipe.fast:_WIDE_FOR_TEST"})
+    fast._WIDE_FOR_TEST = 1 << 48
+    try:
+        with pytest.raises(ValueError, match="does not fit its 48 bits"):
+            fast.packet_ports(wide, rx.resolve({}))
+        fast._WIDE_FOR_TEST = (1 << 48) - 1
+        assert fast.packet_ports(wide, rx.resolve({}))["held"] == {"now": (1 << 48) - 1}
+    finally:
+        del fast._WIDE_FOR_TEST
+    assert not fast.supports(dataclasses.replace(rx, golden_ref="lbpipe.sim.packet.laps_editor:LapsEditor"))
 
 
 #: Packet pipelines with ports beside one stream in and one out, at the small parameters of their own tests; a
@@ -270,7 +300,7 @@ MORE_PORTS = {
 
 @pytest.mark.regression
 @pytest.mark.parametrize("name", sorted(MORE_PORTS))
-def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path):
+def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path, monkeypatch):
     """``lbpipe trace`` then ``lbpipe replay --engine fast``, with and without pauses (back-pressure on every frame
     output), writes the golden engine's pcap byte for byte: host frames and ACKs or NAKs interleaved as the golden
     model sends them, each frame with its action. The trace exercises the further ports (many frames on the second
@@ -299,6 +329,9 @@ def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path):
     actions = read_events(pcap.with_suffix(".actions.jsonl"), kinds=("act",)) if name == "laps-editor" else None
     streams, stats = fast.replay_streams(block, params, frames, ctl, actions=actions)
     assert stats["frames_in"] == len(frames) and stats["frames_out"] == len(golden)
+    labelled = engine.golden_ports(block, params, frames, ctl, actions)
+    for port, sent in streams.items():          # each output's own frames, not only the merged order
+        assert sent == [f for p, f in labelled if p == port], port
     ports = fast.packet_ports(block, params)
     for port in ports["axis_out"]:
         assert len(streams[port]) > 10, (port, len(streams[port]))
@@ -308,6 +341,153 @@ def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path):
         assert stats["actions_in"] == len(frames)
     if name != "pro-rx-wire":           # (its host frames leave as they came)
         assert sum(g != f for g, f in zip(streams["m_axis"], frames)) > 15       # edited, not passed
+    if ports["axis_out"]:
+        # a golden model that sends one second-output frame on m_axis instead: the replay names the outputs
+        extra = ports["axis_out"][0]
+        first = next(k for k, (p, _) in enumerate(labelled) if p == extra)
+        moved = [("m_axis", f) if k == first else (p, f) for k, (p, f) in enumerate(labelled)]
+        monkeypatch.setattr(engine, "golden_ports", lambda *a: moved)
+        n, m = len(streams[extra]), len(streams["m_axis"])
+        with pytest.raises(RuntimeError, match=f"sent ({n} frames on {extra}, the golden model {n - 1}|{m} frames "
+                                               f"on m_axis, the golden model {m + 1})"):
+            engine.replay_pcap(block, params, pcap, tmp_path / "w.pcap", ctl, engine="fast")
+
+
+# -- the fast top (boards/top.py RegisteredPorts and PowerOnReset) --------------------------------------------------
+
+def _echo():
+    """A block whose every path is combinational: ``m_axis`` is ``s_axis`` (ready straight back), ``act`` is
+    ``out`` plus ``now``, and ``count`` counts clocks since reset."""
+    from amaranth import Module, Signal
+    from amaranth.lib import data, stream, wiring
+    from amaranth.lib.wiring import In, Out
+    from lbpipe.hdl.lib.axis import AXI4StreamSignature
+
+    class Echo(wiring.Component):
+        s_axis: In(AXI4StreamSignature(data_width=16))
+        m_axis: Out(AXI4StreamSignature(data_width=16))
+        act: In(stream.Signature(data.StructLayout({"x": 8})))
+        out: Out(stream.Signature(data.StructLayout({"x": 8})))
+        now: In(8)
+        count: Out(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            for name in ("tdata", "tkeep", "tvalid", "tlast", "tuser"):
+                m.d.comb += getattr(self.m_axis, name).eq(getattr(self.s_axis, name))
+            m.d.comb += [self.s_axis.tready.eq(self.m_axis.tready), self.out.valid.eq(self.act.valid),
+                         self.out.payload.x.eq(self.act.payload.x + self.now), self.act.ready.eq(self.out.ready)]
+            m.d.sync += self.count.eq(self.count + 1)
+            return m
+    return Echo()
+
+
+def test_registered_ports_cut_every_combinational_path():
+    """Behind RegisteredPorts the echo's ready no longer follows the sink's ready in the same clock (it is a
+    flip-flop), beats (``tdata``, ``tkeep``, ``tlast``, ``tuser``) and items come out in order and whole under random
+    pauses, one per clock sustained, two cycles later (one register slice each side), and ``now`` a cycle late
+    (hand-worked from the stage's rule)."""
+    import random
+    from amaranth.sim import Simulator
+    from lbpipe.boards.top import RegisteredPorts
+    dut = RegisteredPorts(_echo())
+    rng = random.Random(3)
+    beats = [(rng.randrange(1 << 16), rng.randrange(4), rng.randrange(2), rng.randrange(2)) for _ in range(200)]
+    got, timing = [], {}
+
+    async def bench(ctx):
+        ctx.set(dut.now, 5)
+        ctx.set(dut.m_axis.tready, 1)
+        await ctx.tick()
+        ctx.set(dut.m_axis.tready, 0)
+        assert ctx.get(dut.s_axis.tready) == 1            # a flop: the sink's ready of this clock does not reach it
+        # one beat, unpaused: in at edge 0, out after the two slices
+        ctx.set(dut.m_axis.tready, 1)
+        ctx.set(dut.s_axis.tdata, 0xBEEF)
+        ctx.set(dut.s_axis.tvalid, 1)
+        await ctx.tick()
+        ctx.set(dut.s_axis.tvalid, 0)
+        for cycle in range(1, 5):
+            if ctx.get(dut.m_axis.tvalid):
+                timing["latency"] = cycle
+                break
+            await ctx.tick()
+        await ctx.tick().repeat(4)
+        # the stream of beats with pauses on both sides
+        k, cycles, taken = 0, 0, 0
+        while len(got) < len(beats) and cycles < 2000:
+            offer = k < len(beats) and rng.random() > 0.3
+            ready = rng.random() > 0.4
+            if offer:
+                ctx.set(dut.s_axis.tdata, beats[k][0])
+                ctx.set(dut.s_axis.tkeep, beats[k][1])
+                ctx.set(dut.s_axis.tlast, beats[k][2])
+                ctx.set(dut.s_axis.tuser, beats[k][3])
+            ctx.set(dut.s_axis.tvalid, offer)
+            ctx.set(dut.m_axis.tready, ready)
+            took = offer and ctx.get(dut.s_axis.tready)
+            if ready and ctx.get(dut.m_axis.tvalid):
+                got.append((ctx.get(dut.m_axis.tdata), ctx.get(dut.m_axis.tkeep), ctx.get(dut.m_axis.tlast),
+                            ctx.get(dut.m_axis.tuser)))
+            await ctx.tick()
+            k += took
+            cycles += 1
+        # sustained: 100 beats back to back, the sink always ready
+        ctx.set(dut.m_axis.tready, 1)
+        ctx.set(dut.s_axis.tvalid, 1)
+        for _ in range(100):
+            taken += ctx.get(dut.s_axis.tready)
+            await ctx.tick()
+        ctx.set(dut.s_axis.tvalid, 0)
+        timing["taken"] = taken
+        # an item on act/out: x + now, with now changed to 9 one clock before
+        ctx.set(dut.now, 9)
+        await ctx.tick()
+        ctx.set(dut.out.ready, 1)
+        ctx.set(dut.act.payload.x, 30)
+        ctx.set(dut.act.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.act.valid, 0)
+        for _ in range(4):
+            if ctx.get(dut.out.valid):
+                timing["item"] = ctx.get(dut.out.payload.x)
+                break
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(4e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == beats
+    assert timing == {"latency": 2, "taken": 100, "item": 39}
+
+
+def test_power_on_reset_holds_four_clocks():
+    """PowerOnReset: the block's registers stay in reset for the first four clock edges, then run (``count`` after
+    10 edges is 6), with ``clk`` the only clock or reset port."""
+    from amaranth import Module
+    from amaranth.sim import Simulator
+    from lbpipe.boards.top import FlatTop, PowerOnReset, RegisteredPorts
+    top = PowerOnReset(FlatTop(RegisteredPorts(_echo())))
+    names = {p.name for p in top.ports()}
+    assert "clk" in names and "rst" not in names
+    count = next(p for p in top.ports() if p.name == "count")
+    seen = []
+
+    async def bench(ctx):
+        for _ in range(10):
+            ctx.set(top.clk, 1)
+            await ctx.delay(2e-9)
+            ctx.set(top.clk, 0)
+            await ctx.delay(2e-9)
+            seen.append(ctx.get(count))
+
+    m = Module()
+    m.submodules.top = top
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [0, 0, 0, 0, 1, 2, 3, 4, 5, 6]
 
 
 # -- the cocotb runner's simulator choice (tb/lib/runner.py) -------------------------------------------------------

@@ -31,6 +31,10 @@
 #include "lbpipe_ports.h"   // the packet top's further ports (below, before the packet harness)
 #else
 #define LBPIPE_AXIL 1       // every metadata top has the control bridge
+#define LBPIPE_RST 1        // and a reset input
+#endif
+#ifndef LBPIPE_RESET_CYCLES
+#define LBPIPE_RESET_CYCLES 4
 #endif
 
 #include <chrono>
@@ -149,9 +153,14 @@ struct Harness {
     }
 
     void reset(uint32_t settle_cycles) {
+#if LBPIPE_RST
         top->rst = 1;
         for (int i = 0; i < 4; ++i) tick();
         top->rst = 0;
+#else
+        // the top's own power-on reset (boards/top.py PowerOnReset, as many clocks as lbpipe/fast.py built it with)
+        for (int i = 0; i < LBPIPE_RESET_CYCLES; ++i) tick();
+#endif
         tick();
         for (uint32_t i = 0; i < settle_cycles; ++i) tick();
     }
@@ -222,10 +231,11 @@ struct AxisOut {
     uint64_t (*keep)(Vtop*);
     std::vector<uint8_t> got{};
 };
-#define LBPIPE_AXIS(name)                                                                     \
-    AxisOut{&top->name##_tvalid, &top->name##_tready, &top->name##_tlast,                     \
-            [](Vtop* t, uint8_t* d) { get_bytes(t->name##_tdata, d, BEAT); },                 \
-            [](Vtop* t) -> uint64_t { return static_cast<uint64_t>(t->name##_tkeep); }},
+#define LBPIPE_AXIS(name)                                                                  \
+    static_assert(sizeof(top->name##_tdata) == BEAT, #name " is not as wide as s_axis");   \
+    outs.push_back(AxisOut{&top->name##_tvalid, &top->name##_tready, &top->name##_tlast,   \
+                           [](Vtop* t, uint8_t* d) { get_bytes(t->name##_tdata, d, BEAT); }, \
+                           [](Vtop* t) -> uint64_t { return static_cast<uint64_t>(t->name##_tkeep); }});
 #define LBPIPE_SINK(name) std::pair<CData*, CData*>{&top->name##_valid, &top->name##_ready},
 #define LBPIPE_IDLE(name) top->name##_valid = 0;
 #define LBPIPE_COUNT(name) +1
@@ -244,7 +254,9 @@ int run(int argc, char** argv) {
     if (!in.read(magic, 4) || std::memcmp(magic, "LBPF", 4)) fail("not a packet replay file");
     Harness h;
     Vtop* top = h.top.get();
-    std::vector<AxisOut> outs{LBPIPE_AXIS(m_axis) LBPIPE_AXIS_OUT(LBPIPE_AXIS)};
+    std::vector<AxisOut> outs;
+    LBPIPE_AXIS(m_axis)
+    LBPIPE_AXIS_OUT(LBPIPE_AXIS)
     // Stream 0 keeps the seed's second sequence; each further output pauses on a sequence of its own.
     std::vector<Pauses> backpressure;
     for (size_t k = 0; k < outs.size(); ++k) backpressure.emplace_back(std::atof(argv[4]), seed * 2 + 2 + 1000 * k);
@@ -372,9 +384,9 @@ int run(int argc, char** argv) {
     const double cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     for (const AxisOut& o : outs)
         if (!o.got.empty()) fail("the last output frame has no tlast");
-    std::printf("{\"cycles\": %llu, \"stream_cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"frames_in\": %llu, "
-                "\"frames_out\": %llu, \"beats_in\": %llu, \"beats_out\": %llu, \"sink_items\": %llu, "
-                "\"actions_in\": %llu}\n",
+    std::printf("{\"cycles\": %llu, \"stream_cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, "
+                "\"frames_in\": %llu, \"frames_out\": %llu, \"beats_in\": %llu, \"beats_out\": %llu, "
+                "\"sink_items\": %llu, \"actions_in\": %llu}\n",
                 (unsigned long long)h.cycles, (unsigned long long)(h.cycles - start_cycles), seconds, cpu_seconds,
                 (unsigned long long)frames_in, (unsigned long long)frames_out, (unsigned long long)beats_in,
                 (unsigned long long)beats_out, (unsigned long long)sink_items, (unsigned long long)acts_taken);
