@@ -367,6 +367,10 @@ async def replay(dut):
             if not sink.empty():
                 out.append(bytes(sink.recv_nowait().tdata))
                 quiet = 0
+    for port, sent, key in (("m_axis", hosts, "host"), ("m_ack", acks, "ack")):
+        want = sum(o[key] is not None for o in plan)
+        # a frame on the wrong output would otherwise merge into the golden order unseen
+        assert len(sent) == want, f"the RTL sent {len(sent)} frames on {port}, the golden model {want}"
     out, h, a = [], iter(hosts), iter(acks)
     for o in plan:
         for want, it in ((o["host"], h), (o["ack"], a)):
