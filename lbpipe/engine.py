@@ -118,7 +118,7 @@ def build_top(block, params, *, registered=False):
     """The block with flat, named ports (and its AXI4-Lite control bridge), as the RTL engine and ``lbpipe verilog``
     build it: :class:`AxiLiteTop` for metadata blocks (:class:`StreamsTop` when they take extra input streams),
     :class:`FlatTop` for packet I/O stages. ``registered`` (packet stages, for the fast engine): the block behind
-    :class:`RegisteredPorts`, the same ports."""
+    :class:`RegisteredPorts` with a :class:`PowerOnReset`, the same ports but no reset input."""
     from lbpipe.boards.top import AxiLiteTop, FlatTop, PowerOnReset, RegisteredPorts, StreamsTop
     block = resolve_block(block)
     component = block.build(**block.resolve(params))
