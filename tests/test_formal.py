@@ -1251,3 +1251,81 @@ def test_classifier_broken_stream_rows_are_caught(tmp_path):
                          ids=lambda p: f"{p.block}: {p.prop}")
 def test_reorder_classifier_proofs_pass(tmp_path, proof):
     _expect_pass(tmp_path, proof)
+
+
+# -- LAPS PIT read after write, AIMD rate monotonicity: block invariants (formal/laps/pit.py, formal/laps/aimd.py) ----
+
+
+def _pit_faults():
+    from lbpipe.formal.laps.proofs import PIT_SMALL
+    from lbpipe.hdl.laps.pit import Pit
+
+    class OwnUpdateLost(Pit):
+        # The lookup's own clock's update is not folded into its X5 snoop register: a lookup taken in the same
+        # clock as an update of its pid reads the value from before the update.
+        def _accept_stage(self, m, adv, dstale, vmem, st):
+            super()._accept_stage(m, adv, dstale, vmem, st)
+            with m.If(adv):
+                m.d.sync += st["r1"]["own"].eq(0)
+
+    class NoSnoop(Pit):
+        # X5 shows the dval data only, never the writes snooped since the read: a lookup within two clocks of an
+        # update of its pid misses it.
+        def _snoop(self, m, adv, st, wr):
+            h5 = super()._snoop(m, adv, st, wr)
+            m.d.sync += [hit.eq(0) for hit, _ in h5]
+            return h5
+
+    return {"own-update-lost": lambda: OwnUpdateLost(**PIT_SMALL), "no-snoop": lambda: NoSnoop(**PIT_SMALL)}
+
+
+@pytest.mark.parametrize("fault", ["own-update-lost", "no-snoop"])
+def test_pit_broken_read_after_write_is_caught(tmp_path, fault):
+    from lbpipe.formal.laps.pit import PitReadAfterWrite
+    _expect_fail(tmp_path, PitReadAfterWrite(_pit_faults()[fault], k=1),
+                 "a lookup after an update of its pid does not read the update's value", depth=13)
+
+
+def _aimd_faults():
+    from lbpipe.formal.laps.proofs import AIMD_SMALL
+    from lbpipe.hdl.laps.aimd import Aimd
+
+    class CongestionSwapped(Aimd):
+        # The shared clamp takes the increase's (e + cur) / 2 for a congested ACK and cur / 2 for a calm one.
+        def _share_cur(self):
+            cong = super()._share_cur()
+            return None if cong is None else ~cong
+
+    class NoMinClamp(Aimd):
+        # Every clamp ignores min_rate: a decrease may halve a rate below it.
+        def _clampmux(self, x, lo, hi):
+            return super()._clampmux(x, 0, hi)
+
+    return {"congestion-swapped": lambda: CongestionSwapped(**AIMD_SMALL),
+            "no-min-clamp": lambda: NoMinClamp(**AIMD_SMALL), "no-forwarding": lambda: Aimd(**AIMD_SMALL)}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("congestion-swapped", ("a decrease raised the rate", "an increase lowered the rate")),
+    ("no-min-clamp", "a rate outside the limits"),
+    ("no-forwarding", "rates moved without an action"),
+])
+def test_aimd_broken_rates_are_caught(tmp_path, monkeypatch, fault, reason):
+    from lbpipe.formal.laps.aimd import AimdWindows
+    from lbpipe.formal.laps.proofs import AIMD_SMALL
+    from lbpipe.hdl.laps import aimd
+    if fault == "no-forwarding":
+        # A held ACK's rates from the second state read only, none forwarded from the history: an ACK right behind
+        # an adjustment of its flow reports the rates from before it.
+        monkeypatch.setattr(aimd, "FORWARD", 0)
+    harness = AimdWindows(_aimd_faults()[fault], n_flows=AIMD_SMALL["n_flows"], line_rate=AIMD_SMALL["line_rate"],
+                          min_rate=AIMD_SMALL["min_rate"])
+    _expect_fail(tmp_path, harness, reason, depth=20)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("proof", [p for p in select("all") if p.block in ("laps-pit", "laps-aimd")
+                                   and not p.prop.startswith(_GENERIC_ROWS)],
+                         ids=lambda p: f"{p.block}: {p.prop}")
+def test_pit_aimd_invariant_proofs_pass(tmp_path, proof):
+    _expect_pass(tmp_path, proof)

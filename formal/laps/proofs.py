@@ -1,6 +1,7 @@
 """Proofs of the LAPS blocks, small sizes: the stream contract, valid independence and reset of the PIT (with its
 ``upd`` stream), softmax, the PST, the pacer (with its ``rate`` stream), loss detection and AIMD; the PST's record
-consistency (:mod:`.pst`)."""
+consistency (:mod:`.pst`), the PIT's read after write (:mod:`.pit`) and AIMD's rates moving only as their action says
+(:mod:`.aimd`)."""
 
 from lbpipe.hdl.laps.aimd import Aimd
 from lbpipe.hdl.laps.loss import Loss
@@ -14,13 +15,18 @@ from lbpipe.formal.lib.reset import ResetEmpty
 from lbpipe.formal.lib.standard import metadata_block_proofs
 from lbpipe.formal.lib.stream import StreamContract, ValidIndependence
 
+from .aimd import AimdWindows
+from .pit import PitReadAfterWrite
 from .pst import PstRecords
 
-__all__ = ["PROOFS", "PST_SMALL"]
+__all__ = ["PROOFS", "PST_SMALL", "PIT_SMALL", "AIMD_SMALL"]
+
+#: The small PIT of every laps-pit row: two entries in one sub-table (pid 1 the only path), paper probe rule.
+PIT_SMALL = dict(n_entries=2, k=1, probe_rule="paper", lfsr_seed=0xACE1)
 
 
 def _pit():
-    return Pit(n_entries=2, k=1, probe_rule="paper", lfsr_seed=0xACE1)
+    return Pit(**PIT_SMALL)
 
 
 def _softmax():
@@ -54,6 +60,16 @@ PROOFS += [
     Proof("laps-softmax", "reset empties the pipeline (k=2, precision=8)",
           lambda: ResetEmpty(_softmax, stats_cleared=False, ready_within=0), method="prove",
           depth=_SOFTMAX_DEPTH - 2, cover_depth=_SOFTMAX_DEPTH),
+]
+
+# docs/laps_pit.md, "Read after write". The first lookup after an update that a commit made valid leaves at step 8
+# (commit, its write clock, the update and the lookup, latency 5); the covers (a lookup taken 0, 1, 2 clocks after
+# its update) are reached at steps 8 to 10, so depth 13 sees a few items leave behind it (depth 12: 26 s, 13: 69 s
+# under load). A lookup may probe the updated pid only 5 updates after it (the hold-off): its own probe is first
+# reached at step 14 (``probe_cover=True``), and depth 15 took 579 s, too long for a row.
+PROOFS += [
+    Proof("laps-pit", "a lookup after an update reads the update's value (n_entries=2, k=1)",
+          lambda: PitReadAfterWrite(_pit, k=PIT_SMALL["k"]), depth=13),
 ]
 
 
@@ -134,8 +150,12 @@ PROOFS += metadata_block_proofs(
 _AIMD_LABEL = "n_flows=2, k=1, stages=1"
 
 
+#: The small AIMD of every laps-aimd row; the limits are its defaults, written out for the harness.
+AIMD_SMALL = dict(n_flows=2, k=1, stages=1, variant="paper", line_rate=100_000_000, min_rate=100_000)
+
+
 def _aimd():
-    return Aimd(n_flows=2, k=1, stages=1)
+    return Aimd(**AIMD_SMALL)
 
 
 # docs/laps_aimd.md: reset empties the pipeline, clears the counters and sweeps the flows (n_flows clocks, inputs
@@ -144,3 +164,14 @@ def _aimd():
 PROOFS += metadata_block_proofs(
     "laps-aimd", _AIMD_LABEL, _aimd, Aimd.latency, contract_depth=14, valid_depth=12, stats_cleared=True,
     ready_within=None)
+
+# docs/laps_aimd.md, "The algorithm, exactly" and "Clamping". A flow's first result can leave at step 18 (reset, the
+# 2-clock sweep, a create's seven clocks, the latency of 8), a second right behind it (held: action 0) at 19; the
+# covers (an increase that raised the rate, a decrease that lowered it, a held result after an adjustment) are
+# reached at steps 18, 18 and 19. Two adjustments of one flow are 9 items apart (the hold-off), out of reach: BMC
+# step 19 took 14 s, 20 about a minute, 21 over four minutes under load.
+PROOFS += [
+    Proof("laps-aimd", f"rates within the limits, moved only as their action says ({_AIMD_LABEL})",
+          lambda: AimdWindows(_aimd, n_flows=AIMD_SMALL["n_flows"], line_rate=AIMD_SMALL["line_rate"],
+                              min_rate=AIMD_SMALL["min_rate"]), depth=20),
+]
