@@ -357,6 +357,10 @@ def run_bench(block_name, params, speed=False):
             "stall_p90": long[int(0.9 * (len(long) - 1))] if long else None,
             "stall_max": long[-1] if long else None,
         })
+    # ``lbpipe bench --speed``: simulation speed per engine, as for the packet pipelines.
+    from .fast import item_speeds, supports
+    if speed and supports(block):
+        results += item_speeds(block, block.resolve(params))
     return results
 
 
@@ -392,14 +396,17 @@ def format_bench(results):
                      "that hands its first beat on at m_axis, for one frame on the idle pipeline, and the largest "
                      "over the back-to-back run." if latency else "")]
     if speeds:
-        lines += ["", "| Block | Engine | Frames | Cycles | Seconds | Cycles per second | Cycles per CPU second |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| Block | Engine | Frames or items | Cycles | Seconds | Cycles per second | "
+                      "Cycles per CPU second |", "|---|---|---|---|---|---|---|"]
         for r in speeds:
             cpu = f"{r['cycles_per_cpu_second']:,.0f}" if "cycles_per_cpu_second" in r else "-"
-            lines.append(f"| `{r['block']}` | {r['engine']} | {r['frames']} | {r['cycles']} | {r['seconds']:.2f} | "
+            count = f"{r['frames']} frames" if "frames" in r else f"{r['items']} items"
+            lines.append(f"| `{r['block']}` | {r['engine']} | {count} | {r['cycles']} | {r['seconds']:.2f} | "
                          f"{r['cycles_per_second']:,.0f} | {cpu} |")
         lines += ["", "Simulation speed (wall clock on a shared machine, so compare engines rather than runs): the "
-                  "block's pcap trace without pauses. The fast engine times its own clock loop; the cocotb run is "
-                  "timed whole, start-up included (CPU: the simulator process), over the cycles the same frames "
-                  "take. Builds are cached and not timed (docs/simulation.md)."]
+                  "block's own trace (a pipeline's pcap trace, a metadata block's item trace) without pauses. The "
+                  "fast engine times its own clock loop; the cocotb row is the cycles the trace takes beyond its "
+                  "first frame or item alone (counted by the fast engine) over the time the replay takes beyond the "
+                  "one-frame replay (CPU: the simulator process), so neither counts start-up. Builds are cached and "
+                  "not timed (docs/simulation.md)."]
     return "\n".join(line for line in lines if line is not None) + "\n"

@@ -706,8 +706,9 @@ def _parser():
     p = sub.add_parser("bench", help="measure items per clock in RTL simulation on each block's scenarios")
     add_common(p)
     p.add_argument("-o", "--output", help="also write bench.md and bench.json here")
-    p.add_argument("--speed", action="store_true", help="packet pipelines: also simulation cycles per second of the "
-                                                         "cocotb and fast engines (builds with Verilator)")
+    p.add_argument("--speed", action="store_true", help="also simulation cycles per second of the cocotb and fast "
+                                                         "engines, for each block the fast engine runs (builds with "
+                                                         "Verilator)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("prove", help="run the formal proofs (SymbiYosys): BMC and k-induction, docs/formal.md")

@@ -342,7 +342,8 @@ def replay_frames(block, params, frames, ctl_events, *, actions=None, plan=None,
 
 def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
     """Run a metadata trace (``events``, checked by :func:`lbpipe.engine.check_events`) through ``block``; returns
-    ``(output items, measurements)`` (``cycles``, ``seconds``, ``cycles_per_second``, items in and out, and
+    ``(output items, measurements)`` (``cycles``, all from reset; ``stream_cycles``, from the first item offered
+    to the last out; ``seconds``, the wall time of that loop; ``cycles_per_second``; items in and out; and
     ``extras_in``, the items taken on the extra input streams).
 
     Events of the extra streams (``{"upd": {...}}``) are grouped as the cocotb engine groups them
@@ -400,19 +401,43 @@ def run_items(block, params, events, *, idle=0.0, backpressure=0.0, seed=1):
     return outputs, _stats(stats)
 
 
+def _fast_row(stats, **count):
+    return dict(count, engine="fast (Verilator, C++ harness)", cycles=stats.get("stream_cycles", stats["cycles"]),
+                seconds=stats["seconds"], cycles_per_second=stats["cycles_per_second"],
+                cpu_seconds=stats["cpu_seconds"], cycles_per_cpu_second=stats["cycles_per_cpu_second"])
+
+
+def _cocotb_row(run, short_cycles, long_cycles, **count):
+    """Time ``run(short)`` then ``run(long)`` (the cocotb engine, built by a first untimed ``run(short)``); the row
+    has the cycles the long trace adds over the short one (the fast engine's count of each) and the time they add,
+    so cocotb's start-up (seconds, the same for both) is not in its rate."""
+    import time
+    from lbpipe.tb.lib.runner import simulator
+    run(False)                                                       # builds (or finds) the build, untimed
+    times = []
+    for long in (False, True):
+        start, cpu = time.perf_counter(), _child_cpu()
+        run(long)
+        times.append((time.perf_counter() - start, _child_cpu() - cpu))
+    cycles = long_cycles - short_cycles
+    seconds, cpu = times[1][0] - times[0][0], times[1][1] - times[0][1]
+    return dict(count, engine=f"rtl (cocotb, {simulator()})", cycles=cycles, seconds=seconds,
+                cycles_per_second=cycles / seconds if seconds > 0 else 0.0, cpu_seconds=cpu,
+                cycles_per_cpu_second=cycles / cpu if cpu > 0 else 0.0)
+
+
 def engine_speeds(block, params, *, fast_frames=5000, cocotb_frames=200, seed=1):
     """``lbpipe bench``'s simulation speed of a packet pipeline, per engine: the block's own pcap trace
     (``Block.pcap_trace``) replayed without pauses. Returns one dict per engine: ``engine``, ``frames``,
     ``cycles``, ``seconds`` and ``cycles_per_second`` (wall clock), ``cpu_seconds`` and ``cycles_per_cpu_second``
-    (the harness's CPU time; for cocotb, the simulator process's). The fast engine counts its own cycles; the
-    cocotb engine's run is timed whole (start-up, AXI4-Lite set-up and Python included, as a user waits for it) over
-    the cycles the fast engine needs for the same frames, so its figure is what a replay costs per clock cycle. The
-    build is not timed (it is cached)."""
+    (the harness's CPU time; for cocotb, the simulator process's). The fast engine counts and times its own clock
+    loop. The cocotb engine has no cycle count of its own: its row is the cycles the fast engine needs for
+    ``cocotb_frames`` frames less those for the first frame alone, over the time the whole replay takes more than
+    the one-frame replay (so start-up is left out, as it is of the fast row). Builds are not timed (cached)."""
     import functools
     import importlib
     import inspect
-    import time
-    from .engine import replay_pcap, resolve_block, top_verilog
+    from .engine import replay_pcap, resolve_block
     from .trace import write_pcap
     block = resolve_block(block)
     params = block.resolve(params)
@@ -432,27 +457,50 @@ def engine_speeds(block, params, *, fast_frames=5000, cocotb_frames=200, seed=1)
             return [], frames, [{"act": a} for a in actions]
         cmds, frames = trace(seed, n_frames)
         return [{"ctl": c} for c in cmds], frames, None
-    rows = []
     ctl, frames, actions = traffic(fast_frames)
     _, stats = replay_streams(block, params, frames, ctl, actions=actions)
-    rows.append({"engine": "fast (Verilator, C++ harness)", "frames": len(frames), "cycles": stats["stream_cycles"],
-                 "seconds": stats["seconds"], "cycles_per_second": stats["cycles_per_second"],
-                 "cpu_seconds": stats["cpu_seconds"], "cycles_per_cpu_second": stats["cycles_per_cpu_second"]})
+    rows = [_fast_row(stats, frames=len(frames))]
     ctl, frames, actions = traffic(cocotb_frames)
-    _, stats = replay_streams(block, params, frames, ctl, actions=actions)
-    from lbpipe.tb.lib.runner import simulator
+    short = frames[:1], actions and actions[:1]
+    cycles = [replay_streams(block, params, f, ctl, actions=a)[1]["stream_cycles"] for f, a in (short, (frames,
+                                                                                                       actions))]
     with tempfile.TemporaryDirectory(prefix="lbpipe-speed-") as tmp:
-        write_pcap(pathlib.Path(tmp) / "in.pcap", frames)
-        write_pcap(pathlib.Path(tmp) / "one.pcap", frames[:1])
-        replay_pcap(block, params, pathlib.Path(tmp) / "one.pcap", pathlib.Path(tmp) / "warm.pcap", ctl,
-                    engine="rtl", actions=actions and actions[:1])      # builds (or finds) the build, untimed
-        start, cpu = time.perf_counter(), _child_cpu()
-        replay_pcap(block, params, pathlib.Path(tmp) / "in.pcap", pathlib.Path(tmp) / "out.pcap", ctl, engine="rtl",
-                    actions=actions)
-        seconds, cpu = time.perf_counter() - start, _child_cpu() - cpu
-    rows.append({"engine": f"rtl (cocotb, {simulator()})", "frames": len(frames), "cycles": stats["stream_cycles"],
-                 "seconds": seconds, "cycles_per_second": stats["stream_cycles"] / seconds, "cpu_seconds": cpu,
-                 "cycles_per_cpu_second": stats["stream_cycles"] / cpu if cpu else 0.0})
+        tmp = pathlib.Path(tmp)
+        write_pcap(tmp / "long.pcap", frames)
+        write_pcap(tmp / "short.pcap", short[0])
+
+        def run(long):
+            replay_pcap(block, params, tmp / ("long.pcap" if long else "short.pcap"), tmp / "out.pcap", ctl,
+                        engine="rtl", actions=actions if long else short[1])
+        rows.append(_cocotb_row(run, *cycles, frames=len(frames)))
+    return [dict(row, block=block.name, kind="speed") for row in rows]
+
+
+def item_speeds(block, params, *, fast_items=20000, cocotb_items=5000, seed=1):
+    """:func:`engine_speeds` for a metadata block: its own seeded trace (``Block.trace_generator``) without pauses,
+    ``fast_items`` trace clocks on the fast engine and ``cocotb_items`` on the cocotb one, the cocotb row less a run
+    of the trace up to its first item. Rows carry ``items`` (the trace's items; commands and extra-stream items not
+    counted) where a pipeline's carry ``frames``."""
+    from .engine import resolve_block, run_rtl
+    block = resolve_block(block)
+    params = block.resolve(params)
+    trace = block.trace_generator()
+
+    def items(events):
+        return sum(1 for event in events if "item" in event)
+
+    events = trace(seed, fast_items, **params)
+    rows = [_fast_row(run_items(block, params, events)[1], items=items(events))]
+    events = trace(seed, cocotb_items, **params)
+    first = next((k for k, event in enumerate(events) if "item" in event), None)
+    if first is None:
+        raise ValueError(f"{block.name}: its trace of {cocotb_items} clocks has no item")
+    short = events[:first + 1]
+    cycles = [run_items(block, params, e)[1].get("stream_cycles") for e in (short, events)]
+
+    def run(long):
+        run_rtl(block, params, events if long else short, compare=False)
+    rows.append(_cocotb_row(run, *cycles, items=items(events)))
     return [dict(row, block=block.name, kind="speed") for row in rows]
 
 

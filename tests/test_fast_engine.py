@@ -48,9 +48,9 @@ def test_themis_s_wire_matches_golden(idle, backpressure, seed):
     if idle == backpressure == 0:
         # No pauses: one beat per clock, so the streaming loop runs the beats plus the pipeline's latency and the
         # 2,000 quiet cycles that end it.
-        assert beats + fast.QUIET_CYCLES <= stats["stream_cycles"] <= beats + fast.QUIET_CYCLES + 100
+        assert beats + 2000 <= stats["stream_cycles"] <= beats + 2000 + 100
     else:
-        assert stats["stream_cycles"] > beats + fast.QUIET_CYCLES + 50
+        assert stats["stream_cycles"] > beats + 2000 + 50
 
 
 def test_pauses_follow_their_probability():
@@ -58,7 +58,7 @@ def test_pauses_follow_their_probability():
     are applied, not ignored (runs of 1 to 8 cycles, so the spread is wide)."""
     frames = _s_frames(300, seed=9)
     _, stats = fast.replay_frames("themis-s-wire", S_PARAMS, frames, S_CTL, idle=0.5, seed=3)
-    busy = stats["stream_cycles"] - fast.QUIET_CYCLES
+    busy = stats["stream_cycles"] - 2000
     assert 1.6 < busy / stats["beats_in"] < 2.4, stats
 
 
@@ -175,13 +175,13 @@ def test_stream_blocks_cli_trace_matches_golden(name, tmp_path):
     assert (stats["items_in"], stats["items_out"], stats["extras_in"]) == (golden.count(b"\n"),) * 2 + (len(extra),)
 
 
-#: The deep profile's million-item runs (issue #19, "use the speed"): each block's own trace of at least 1,000,000
-#: items (the value: trace clocks; the pacer's carry an item in about 95% of them), with short pauses on both sides,
-#: against the golden model, at the parameters (and so on the Verilator builds) of the tests above. The blocks and
-#: what each run costs are in docs/simulation.md, with those left out (laps-pit: 3 minutes and 6 GB; the others
-#: over the deep profile's budget of about 8 minutes for all of these).
-MILLION = {"laps-pacer": 1_060_000, "flb-route": 1_000_000, "flb-isolate": 1_000_000, "selb-cluster": 1_000_000,
-           "pro-rr": 1_000_000, "pro-ooo": 1_000_000, "themis-d": 1_000_000}
+#: The deep profile's million-item runs (issue #19, "use the speed"): every metadata block's own trace of at least
+#: 1,000,000 items (the value: trace clocks; the pacer's and the PIT's carry an item in about 95% of them, the other
+#: clocks an extra-stream item alone), with short pauses on both sides, against the golden model, at the parameters
+#: (and so on the Verilator builds) of the tests above. What each run costs is in docs/simulation.md (laps-pit's
+#: needs about 6 GB of memory).
+MILLION = {name: 1_060_000 if name in ("laps-pacer", "laps-pit") else 1_000_000
+           for name in sorted(b.name for b in BLOCKS.values() if b.is_meta)}
 
 
 @pytest.mark.deep
@@ -351,6 +351,50 @@ def test_packet_pipelines_with_more_ports_match_golden(name, tmp_path, monkeypat
         with pytest.raises(RuntimeError, match=f"sent ({n} frames on {extra}, the golden model {n - 1}|{m} frames "
                                                f"on m_axis, the golden model {m + 1})"):
             engine.replay_pcap(block, params, pcap, tmp_path / "w.pcap", ctl, engine="fast")
+
+
+#: Every replayable packet pipeline at the parameters (so on the Verilator builds) of the tests above, for a
+#: million frames: the pipeline's own pcap trace of BASE_FRAMES frames (scapy builds them, about 3 ms a frame, so a
+#: million distinct frames would take about an hour a pipeline) sent again and again. State carries across the
+#: repetitions: PSNs, sequence numbers and flows come round again, the tables stay full, the counters and timers run
+#: a million frames on. What each run costs is in docs/simulation.md.
+MILLION_FRAMES = dict({"themis-s-wire": S_PARAMS}, **MORE_PORTS, **{
+    "themis-d-wire": dict(n_qps=8, queue_depth=40, n_paths=3, entry_bits=10, buckets=64, ways=2, ipv6=True,
+                          depth=256),
+    "pro-tx-wire": dict(n_qps=16, n_tors=4, m_paths=8, batch=1, buckets=64, ways=2, ipv6=True, depth=256)})
+BASE_FRAMES = 4_000
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("name", sorted(MILLION_FRAMES))
+def test_million_frames_match_golden(name):
+    """A million frames through the fast engine with pauses on every input and output, each output's frames byte
+    for byte as the golden model sends them on it (the first difference named)."""
+    import importlib
+    block = get_block(name)
+    params = block.resolve(MILLION_FRAMES[name])
+    module, func = block.pcap_trace.split(":")
+    generated = getattr(importlib.import_module(module), func)(5, BASE_FRAMES, **params)
+    if block.actions is not None:
+        (base, base_actions), ctl = generated, []
+    else:
+        (cmds, base), base_actions = generated, None
+        ctl = [{"ctl": c} for c in cmds]
+    repeat = -(-1_000_000 // len(base))
+    frames = base * repeat
+    actions = [{"act": a} for a in base_actions] * repeat if base_actions is not None else None
+    assert len(frames) >= 1_000_000
+    labelled = engine.golden_ports(block, params, frames, ctl, actions)
+    streams, stats = fast.replay_streams(block, params, frames, ctl, actions=actions, idle=0.05, backpressure=0.05,
+                                         seed=8)
+    assert stats["frames_in"] == len(frames)
+    assert stats["frames_out"] == len(labelled) > len(frames) // 2
+    assert {p for p, _ in labelled} <= set(streams)
+    for port, sent in streams.items():
+        want = [f for p, f in labelled if p == port]
+        first = next((k for k, (g, e) in enumerate(zip(sent, want)) if g != e), None)
+        assert first is None, f"{port} frame {first}: fast {sent[first].hex()}, golden {want[first].hex()}"
+        assert len(sent) == len(want), (port, len(sent), len(want))
 
 
 # -- the fast top (boards/top.py RegisteredPorts and PowerOnReset) --------------------------------------------------
@@ -555,8 +599,68 @@ def test_bench_speed_table():
              "cycles": 70000, "seconds": 0.1, "cycles_per_second": 700000.0, "cpu_seconds": 0.07,
              "cycles_per_cpu_second": 1000000.0},
             {"kind": "speed", "block": "themis-s-wire", "engine": "rtl (cocotb, icarus)", "frames": 200,
-             "cycles": 4000, "seconds": 2.5, "cycles_per_second": 1600.0}]
+             "cycles": 4000, "seconds": 2.5, "cycles_per_second": 1600.0},
+            {"kind": "speed", "block": "pro-rr", "engine": "fast (Verilator, C++ harness)", "items": 20000,
+             "cycles": 26000, "seconds": 0.02, "cycles_per_second": 1300000.0}]
     text = format_bench(rows)
-    assert "| `themis-s-wire` | fast (Verilator, C++ harness) | 5000 | 70000 | 0.10 | 700,000 | 1,000,000 |" in text
-    assert "| `themis-s-wire` | rtl (cocotb, icarus) | 200 | 4000 | 2.50 | 1,600 | - |" in text
+    assert ("| `themis-s-wire` | fast (Verilator, C++ harness) | 5000 frames | 70000 | 0.10 | 700,000 | 1,000,000 |"
+            in text)
+    assert "| `themis-s-wire` | rtl (cocotb, icarus) | 200 frames | 4000 | 2.50 | 1,600 | - |" in text
+    assert "| `pro-rr` | fast (Verilator, C++ harness) | 20000 items | 26000 | 0.02 | 1,300,000 | - |" in text
     assert "Items per clock" not in text
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("name", ["laps-editor", "laps-rx-wire"])
+def test_engine_speeds_of_pipelines_with_more_ports(name):
+    """``lbpipe bench --speed`` on a pipeline driven by per-frame actions (laps-editor) and on one with a second
+    frame output, drained metadata outputs and a held clock (laps-rx-wire): a row per engine over the frames asked
+    for, with its wall and CPU time. The fast row counts its streaming loop: one clock per 64-byte beat, the
+    pipeline's latency and stalls, then 2,000 quiet cycles (docs/simulation.md, "Replay speed"). The cocotb row
+    counts the cycles its 20 frames take beyond the first frame alone (start-up left out): their beats, give or take
+    the stalls."""
+    import importlib
+    block = get_block(name)
+    params = block.resolve(MORE_PORTS[name])
+    rows = fast.engine_speeds(block, params, fast_frames=300, cocotb_frames=20)
+    assert [r["engine"].split(" ")[0] for r in rows] == ["fast", "rtl"]
+    module, func = block.pcap_trace.split(":")
+    beats = []
+    for row, n in zip(rows, (300, 20)):
+        generated = getattr(importlib.import_module(module), func)(1, n, **params)
+        frames = generated[0] if block.actions is not None else generated[1]
+        beats.append([-(-len(f) // 64) for f in frames])
+        assert row["frames"] == len(frames) and row["block"] == name and row["kind"] == "speed"
+        assert row["seconds"] > 0 and row["cpu_seconds"] > 0
+        assert row["cycles_per_second"] == pytest.approx(row["cycles"] / row["seconds"])
+    assert sum(beats[0]) + 2000 <= rows[0]["cycles"] <= 1.2 * sum(beats[0]) + 2000 + 100, (rows[0], sum(beats[0]))
+    more = sum(beats[1]) - beats[1][0]
+    assert more <= rows[1]["cycles"] <= 1.2 * more + 100, (rows[1], more)
+
+
+@pytest.mark.regression
+def test_engine_speeds_of_a_metadata_block():
+    """``lbpipe bench pro-rr --speed``: a row per engine over the block's own item trace, the trace's items counted
+    (not its commands), wall and CPU time measured, and the table printed after the throughput rows. pro-rr takes one
+    item per clock (docs/pro_rr.md), so with no pauses the fast engine's loop runs one clock per item, plus at most
+    60 for each command (the pipeline drains, then an AXI4-Lite write) and 60 for the last item's way out; the
+    cocotb row counts the cycles its trace takes beyond its first item (start-up left out)."""
+    from lbpipe.bench import format_bench, run_bench
+    block = get_block("pro-rr")
+    params = _meta_params(block)
+    rows = [r for r in run_bench("pro-rr", params, speed=True) if r.get("kind") == "speed"]
+    assert [r["engine"].split(" ")[0] for r in rows] == ["fast", "rtl"]
+    counts = []
+    for row, n in zip(rows, (20000, 5000)):
+        events = block.trace_generator()(1, n, **params)
+        first = next(k for k, e in enumerate(events) if "item" in e)
+        counts.append((sum(1 for e in events if "item" in e), sum(1 for e in events if "ctl" in e), first))
+        assert row["items"] == counts[-1][0] and row["block"] == "pro-rr"
+        assert row["seconds"] > 0 and row["cpu_seconds"] > 0
+        assert row["cycles_per_second"] == pytest.approx(row["cycles"] / row["seconds"])
+    items, cmds, _ = counts[0]
+    assert items <= rows[0]["cycles"] <= items + 60 * cmds + 60, (rows[0], items, cmds)
+    items, cmds, first = counts[1]
+    later = sum(1 for e in block.trace_generator()(1, 5000, **params)[first + 1:] if "ctl" in e)
+    assert items - 1 <= rows[1]["cycles"] <= items - 1 + 60 * later + 60, (rows[1], items, later)
+    assert f"| `pro-rr` | fast (Verilator, C++ harness) | {rows[0]['items']} items |" in format_bench(rows)

@@ -466,6 +466,7 @@ int run(int argc, char** argv) {
         }
     };
     next();
+    const uint64_t start_cycles = h.cycles;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
     while (more || group || pending || pending_cmd || items_out < items_in) {
@@ -505,9 +506,10 @@ int run(int argc, char** argv) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    std::printf("{\"cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, \"items_in\": %llu, \"items_out\": %llu, "
-                "\"extras_in\": %llu}\n",
-                (unsigned long long)h.cycles, seconds, cpu_seconds, (unsigned long long)items_in,
+    std::printf("{\"cycles\": %llu, \"stream_cycles\": %llu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, "
+                "\"items_in\": %llu, \"items_out\": %llu, \"extras_in\": %llu}\n",
+                (unsigned long long)h.cycles, (unsigned long long)(h.cycles - start_cycles), seconds, cpu_seconds,
+                (unsigned long long)items_in,
                 (unsigned long long)items_out, (unsigned long long)extras_in);
     (void)argc;
     return 0;
