@@ -338,6 +338,8 @@ def run_bench(block_name, params, speed=False):
     block = get_block(block_name)
     if block_name in PACKET_BENCHES:
         return _run_packet_bench(block, block.resolve(params), speed)
+    from lbpipe.tb.lib.runner import simulator
+    sim = simulator()
     results = []
     for name, make in BENCHES[block_name]:
         run_params, events = make(block.resolve(params))
@@ -350,7 +352,7 @@ def run_bench(block_name, params, speed=False):
         costs = [model.cycles(o) for o in outputs] if hasattr(model, "cycles") else []
         long = sorted(c for c in costs if c > 1)
         results.append({
-            "block": block_name, "scenario": name, "params": run_params, "items": stats["items"],
+            "block": block_name, "scenario": name, "params": run_params, "items": stats["items"], "simulator": sim,
             "cycles": stats["cycles"], "items_per_clock": stats.get("items_per_clock"),
             "stalling_items": len(long),
             "stall_median": statistics.median(long) if long else None,
@@ -376,7 +378,9 @@ def format_bench(results):
             stall = (f"{r['stall_median']} / {r['stall_p90']} / {r['stall_max']}" if r["stalling_items"] else "-")
             lines.append(f"| `{r['block']}` | {r['scenario']} | {r['items']} | {r['items_per_clock']:.3f} | "
                          f"{r['stalling_items']} | {stall} |")
-        lines += ["", "Measured in RTL simulation (cocotb + Icarus), no idle input and no back-pressure; each output's "
+        sims = sorted({r.get("simulator", "icarus").capitalize() for r in results})
+        lines += ["", f"Measured in RTL simulation (cocotb + {' and '.join(sims)}), no idle input and no "
+                  "back-pressure; each output's "
                   "cycle was checked against the golden model's timing. Items per clock counts accepted input items "
                   "from the first to the last acceptance, control writes included."]
     if packets:

@@ -610,6 +610,16 @@ def test_bench_speed_table():
     assert "Items per clock" not in text
 
 
+def test_bench_names_the_simulator():
+    """The throughput table names the simulator its rows ran on (``LBPIPE_SIM``; rows of older bench.json files,
+    without one, ran on Icarus)."""
+    from lbpipe.bench import format_bench
+    row = {"block": "pro-rr", "scenario": "s", "items": 10, "items_per_clock": 1.0, "stalling_items": 0}
+    assert "(cocotb + Verilator)" in format_bench([dict(row, simulator="verilator")])
+    assert "(cocotb + Icarus)" in format_bench([row])
+    assert "(cocotb + Icarus and Verilator)" in format_bench([row, dict(row, simulator="verilator")])
+
+
 @pytest.mark.regression
 @pytest.mark.parametrize("name", ["laps-editor", "laps-rx-wire"])
 def test_engine_speeds_of_pipelines_with_more_ports(name):
