@@ -403,10 +403,11 @@ def format_bench(results):
         lines += ["", "| Block | Engine | Frames or items | Cycles | Seconds | Cycles per second | "
                       "Cycles per CPU second |", "|---|---|---|---|---|---|---|"]
         for r in speeds:
-            cpu = f"{r['cycles_per_cpu_second']:,.0f}" if "cycles_per_cpu_second" in r else "-"
+            cpu = f"{r['cycles_per_cpu_second']:,.0f}" if r.get("cycles_per_cpu_second", 0) > 0 else "-"
             count = f"{r['frames']} frames" if "frames" in r else f"{r['items']} items"
+            rate = f"{r['cycles_per_second']:,.0f}" if r["cycles_per_second"] > 0 else "- (too short to time)"
             lines.append(f"| `{r['block']}` | {r['engine']} | {count} | {r['cycles']} | {r['seconds']:.2f} | "
-                         f"{r['cycles_per_second']:,.0f} | {cpu} |")
+                         f"{rate} | {cpu} |")
         lines += ["", "Simulation speed (wall clock on a shared machine, so compare engines rather than runs): the "
                   "block's own trace (a pipeline's pcap trace, a metadata block's item trace) without pauses. The "
                   "fast engine times its own clock loop; the cocotb row is the cycles the trace takes beyond its "

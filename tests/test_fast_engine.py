@@ -601,8 +601,12 @@ def test_bench_speed_table():
             {"kind": "speed", "block": "themis-s-wire", "engine": "rtl (cocotb, icarus)", "frames": 200,
              "cycles": 4000, "seconds": 2.5, "cycles_per_second": 1600.0},
             {"kind": "speed", "block": "pro-rr", "engine": "fast (Verilator, C++ harness)", "items": 20000,
-             "cycles": 26000, "seconds": 0.02, "cycles_per_second": 1300000.0}]
+             "cycles": 26000, "seconds": 0.02, "cycles_per_second": 1300000.0},
+            {"kind": "speed", "block": "laps-editor", "engine": "rtl (cocotb, icarus)", "frames": 20, "cycles": 88,
+             "seconds": -0.05, "cycles_per_second": 0.0, "cpu_seconds": 0.0, "cycles_per_cpu_second": 0.0}]
     text = format_bench(rows)
+    # a cocotb trace shorter than start-up's noise gets no rate
+    assert "| `laps-editor` | rtl (cocotb, icarus) | 20 frames | 88 | -0.05 | - (too short to time) | - |" in text
     assert ("| `themis-s-wire` | fast (Verilator, C++ harness) | 5000 frames | 70000 | 0.10 | 700,000 | 1,000,000 |"
             in text)
     assert "| `themis-s-wire` | rtl (cocotb, icarus) | 200 frames | 4000 | 2.50 | 1,600 | - |" in text
@@ -641,8 +645,9 @@ def test_engine_speeds_of_pipelines_with_more_ports(name):
         frames = generated[0] if block.actions is not None else generated[1]
         beats.append([-(-len(f) // 64) for f in frames])
         assert row["frames"] == len(frames) and row["block"] == name and row["kind"] == "speed"
-        assert row["seconds"] > 0 and row["cpu_seconds"] > 0
-        assert row["cycles_per_second"] == pytest.approx(row["cycles"] / row["seconds"])
+        # times are measured, not checked (a short cocotb trace can take less time than start-up's noise)
+        assert row["cycles_per_second"] == (pytest.approx(row["cycles"] / row["seconds"]) if row["seconds"] > 0
+                                            else 0.0)
     assert sum(beats[0]) + 2000 <= rows[0]["cycles"] <= 1.2 * sum(beats[0]) + 2000 + 100, (rows[0], sum(beats[0]))
     more = sum(beats[1]) - beats[1][0]
     assert more <= rows[1]["cycles"] <= 1.2 * more + 100, (rows[1], more)
@@ -666,8 +671,9 @@ def test_engine_speeds_of_a_metadata_block():
         first = next(k for k, e in enumerate(events) if "item" in e)
         counts.append((sum(1 for e in events if "item" in e), sum(1 for e in events if "ctl" in e), first))
         assert row["items"] == counts[-1][0] and row["block"] == "pro-rr"
-        assert row["seconds"] > 0 and row["cpu_seconds"] > 0
-        assert row["cycles_per_second"] == pytest.approx(row["cycles"] / row["seconds"])
+        # times are measured, not checked (a short cocotb trace can take less time than start-up's noise)
+        assert row["cycles_per_second"] == (pytest.approx(row["cycles"] / row["seconds"]) if row["seconds"] > 0
+                                            else 0.0)
     items, cmds, _ = counts[0]
     assert items <= rows[0]["cycles"] <= items + 60 * cmds + 60, (rows[0], items, cmds)
     items, cmds, first = counts[1]
