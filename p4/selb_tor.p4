@@ -9,10 +9,11 @@
 // registers the control plane writes (the clustering itself, k-means, runs off the switch: lbpipe's
 // sim/selb/cluster.py, whose published result lbpipe/p4.py selb_cluster_commands turns into register writes):
 // per path its cluster and congested flag, per cluster the `alt` mask (its non-congested paths), and the
-// shortest-queue path. A 16-bit LFSR in a register, stepped once per packet as the block's, draws the start of a
-// cyclic first-set-bit search in `alt`; an empty `alt` gives the shortest path. A congested flow with no reroute
-// in flight (`hold` ticks since the last) whose candidate differs from its path moves: this packet is the tail
-// (it leaves on the old path, marked, with the old epoch); the entry takes the new path and flips its epoch.
+// shortest-queue path. A 16-bit LFSR in a register, stepped once per packet as the block's, draws uniformly among
+// the set bits of `alt` (the floor(state x m / 2^16)-th of its m, from bit 0); an empty `alt` gives the shortest
+// path. A congested flow with no reroute in flight (`hold` ticks since the last) whose candidate differs from its
+// path moves: this packet is the tail (it leaves on the old path, marked, with the old epoch); the entry takes the
+// new path and flips its epoch.
 //
 // Test harness header (`selb_tick_t`, EtherType 0x88B5, between Ethernet and IPv4): op 0 a packet (tick, the
 // lookup path, kind, tag in; flow, path, flags and the cluster fields used out); op 1 an lbpipe `ctl` command of
@@ -60,7 +61,7 @@ struct meta_t {
     bit<8> path_mask; bit<64> alt_mask;
     bit<16> flow; bit<16> now; bit<8> path; bit<16> lfsr;
     bit<8> cluster; bit<8> congested; bit<64> alt; bit<8> shortest;
-    bit<8> r; bit<64> rot; bit<8> first; bit<8> cand;
+    bit<64> ones; bit<8> rank; bit<8> cand;
     bit<8> cur; bit<1> inflight; bit<1> epoch; bit<16> since;
     bit<1> ok; bit<1> is_new; bit<1> stale; bit<1> move;
 }
@@ -113,8 +114,10 @@ control SelbIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t
     action w_alt() { r_alt.write((bit<32>)h.tick.ctl_index, h.tick.ctl_data); }
     action w_shortest() { r_shortest.write(0, h.tick.ctl_data[7:0]); }
 
-// One step of the priority encoder: when the low W bits of rot are 0, skip them.
-#define SKIP(W) if (m.rot[W - 1:0] == 0) { m.rot = m.rot >> W; m.first = m.first + W; }
+// One path of the draw's search, in path order: the set bit of rank 0 is the candidate; every set bit counts the
+// rank down (past 0 it wraps to 255 and stays above 0 for the rest of the 64).
+#define PICK(P) if (m.alt[P:P] == 1) { if (m.rank == 0) { m.cand = P; } m.rank = m.rank - 1; }
+#define PICK8(A, B, C, D, E, F, G, H) PICK(A) PICK(B) PICK(C) PICK(D) PICK(E) PICK(F) PICK(G) PICK(H)
 
     apply {
         selb_config.apply();
@@ -162,20 +165,24 @@ control SelbIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t
                 r_congested.read(m.congested, (bit<32>)m.path);
                 r_alt.read(m.alt, (bit<32>)m.cluster);
                 r_shortest.read(m.shortest, 0);
-                // The draw: the LFSR's low log2 n_paths bits, then one step (x^16 + x^14 + x^13 + x^11 + 1).
+                // The draw: the LFSR's state, then one step (x^16 + x^14 + x^13 + x^11 + 1).
                 r_lfsr.read(m.lfsr, 0);
-                m.r = m.lfsr[7:0] & m.path_mask;
                 r_lfsr.write(0, m.lfsr[14:0] ++ (m.lfsr[15:15] ^ m.lfsr[13:13] ^ m.lfsr[12:12] ^ m.lfsr[10:10]));
-                // Candidate: the first set bit of alt at or after r, cyclically (rotate right by r within
-                // n_paths bits, then a 6-step priority encoder); alt empty: the shortest path.
-                bit<128> twice = ((bit<128>)m.alt << m.n_paths) | (bit<128>)m.alt;
-                m.rot = (bit<64>)(twice >> m.r) & m.alt_mask;
-                if (m.rot == 0) {
-                    m.cand = m.shortest;
-                } else {
-                    m.first = 0;
-                    SKIP(32) SKIP(16) SKIP(8) SKIP(4) SKIP(2) SKIP(1)
-                    m.cand = (m.r + m.first) & m.path_mask;
+                // Candidate: alt's set bits counted (m, by bit-parallel sums), the rank floor(state x m / 2^16),
+                // the set bit of that rank; alt empty: the shortest path.
+                m.ones = m.alt - ((m.alt >> 1) & 0x5555555555555555);
+                m.ones = (m.ones & 0x3333333333333333) + ((m.ones >> 2) & 0x3333333333333333);
+                m.ones = (m.ones + (m.ones >> 4)) & 0x0F0F0F0F0F0F0F0F;
+                m.ones = m.ones + (m.ones >> 8);
+                m.ones = m.ones + (m.ones >> 16);
+                m.ones = (m.ones + (m.ones >> 32)) & 0x7F;
+                m.rank = (bit<8>)((((bit<32>)m.lfsr) * (bit<32>)m.ones) >> 16);
+                m.cand = m.shortest;
+                if (m.alt != 0) {
+                    PICK8(0, 1, 2, 3, 4, 5, 6, 7) PICK8(8, 9, 10, 11, 12, 13, 14, 15)
+                    PICK8(16, 17, 18, 19, 20, 21, 22, 23) PICK8(24, 25, 26, 27, 28, 29, 30, 31)
+                    PICK8(32, 33, 34, 35, 36, 37, 38, 39) PICK8(40, 41, 42, 43, 44, 45, 46, 47)
+                    PICK8(48, 49, 50, 51, 52, 53, 54, 55) PICK8(56, 57, 58, 59, 60, 61, 62, 63)
                 }
                 // The entry: a new flow takes the lookup path; an existing one looked up on another path is stale.
                 if (entry[31:31] == 0) {

@@ -40,7 +40,7 @@ DATASHEET_LATENCY = {
     "flb-cnm": 6,           # docs/flb_cnm.md: "6 cycles"
     "flb-isolate": 6,       # docs/flb_isolate.md: "6 cycles"
     "selb-cluster": 3,      # docs/selb_cluster.md: "3 cycles"
-    "selb-reroute": 5,      # docs/selb_reroute.md: "5 cycles"
+    "selb-reroute": 7,      # docs/selb_reroute.md: "7 cycles"
     "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
 }
 
@@ -64,7 +64,7 @@ DATASHEET_LEVELS = {
     "flb-cnm": 6,           # docs/flb_cnm.md: 6, core and top
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
-    "selb-reroute": 5,      # docs/selb_reroute.md: 5, core and top
+    "selb-reroute": 5,      # docs/selb_reroute.md: 5 core, 6 top
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
 }
 

@@ -923,8 +923,8 @@ def _reroute_faults():
 
     class IgnoresCongestion(Reroute):
         # Every packet that is not stale counts as congested.
-        def _middle(self, m, adv, rd, s, v, start, d):
-            super()._middle(m, adv, rd, s, v, start, d)
+        def _middle(self, m, adv, rd, s, v, d):
+            super()._middle(m, adv, rd, s, v, d)
             with m.If(adv):
                 m.d.sync += d["live"].eq(1)
 

@@ -856,10 +856,12 @@ def _selb_expected(name):
 
 
 #: selb-cases, worked by hand (make_selb_tests.py's comments): tag -> (path out, tail). The moves' destinations
-#: follow the LFSR from 0xACE1 (draws 1, 3, 7 for the first three packets at 8 paths: docs/selb_reroute.md).
-SELB_CASES = {0: (2, 1), 1: (1, 0), 2: (5, 1), 3: (7, 0), 24: (7, 0), 25: (7, 0), 26: (7, 1), 27: (1, 0),
+#: follow the LFSR from 0xACE1, uniform among alt's m set bits (docs/selb_reroute.md): the first packet's state
+#: 0xACE1 = 44257, 44257 x 3 // 65536 = 2, the third of {0, 1, 3}: path 3; the third packet's 0xB387 = 45959,
+#: 45959 x 3 // 65536 = 2, the third of {4, 6, 7}: path 7.
+SELB_CASES = {0: (2, 1), 1: (3, 0), 2: (5, 1), 3: (7, 0), 24: (7, 0), 25: (7, 0), 26: (7, 1), 27: (1, 0),
               28: (1, 0), 31: (1, 0), 34: (0, 1), 38: (3, 0), 39: (3, 0), 40: (3, 1), 49: (6, 1), 50: (0, 0),
-              51: (1, 1), 55: (1, 0)}
+              51: (3, 1), 55: (1, 0)}
 
 
 def test_selb_commands():

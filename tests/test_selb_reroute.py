@@ -32,8 +32,9 @@ class Ref:
         self.counters = [0, 0, 0, 0]
 
     def draw(self):
-        """The LFSR's low log2 n bits, then one step (x^16 + x^14 + x^13 + x^11 + 1: new bit 0 = b15^b13^b12^b10)."""
-        value = int("".join(map(str, self.state)), 2) % self.n
+        """The LFSR's whole state as a fraction of 2^16, then one step (x^16 + x^14 + x^13 + x^11 + 1: new bit 0 =
+        b15^b13^b12^b10)."""
+        value = int("".join(map(str, self.state)), 2) / 65536
         b = self.state
         self.state = b[1:] + [b[0] ^ b[2] ^ b[3] ^ b[5]]      # index 0 is bit 15, 2 is bit 13, 3 bit 12, 5 bit 10
         return value
@@ -41,8 +42,8 @@ class Ref:
     def item(self, it):
         r = self.draw()
         f = it["flow"]
-        mates = [(r + k) % self.n for k in range(self.n) if it["alt"] >> ((r + k) % self.n) & 1]
-        target = mates[0] if mates else it["shortest"]
+        mates = [q for q in range(self.n) if it["alt"] >> q & 1]      # uniform: equal slices of [0, 1) in order
+        target = mates[int(r * len(mates))] if mates else it["shortest"]
         if self.valid[f]:
             cur, stale, ep = int(self.path[f]), it["path"] != int(self.path[f]), int(self.epoch[f])
             waiting = self.busy[f] and (it["now"] - int(self.t[f])) % self.mod < self.hold
@@ -64,8 +65,9 @@ class Ref:
 
 
 # -- hand-worked cases ------------------------------------------------------------------------------------------
-# 8 paths, seed 0xACE1: the draws are 0xACE1 & 7 = 1, then 0x59C3 & 7 = 3, then 0xB387 & 7 = 7 (each step shifts
-# left and brings in bit 15 ^ 13 ^ 12 ^ 10: 1 for 0xACE1, 1 for 0x59C3), one draw per packet.
+# 8 paths, seed 0xACE1: the draws are the states 0xACE1, 0x59C3, 0xB387, ... (each step shifts left and brings in
+# bit 15 ^ 13 ^ 12 ^ 10: 1 for 0xACE1, 1 for 0x59C3), one draw per packet. In this case every draw that matters has
+# one or two mates; the draw's rank is worked in UNIFORM_EVENTS below.
 HAND = dict(n_flows=16, n_paths=8, time_bits=8, hold=4, lfsr_seed=0xACE1)
 
 
@@ -76,7 +78,7 @@ def pkt(tag, flow, now, path, congested, alt, shortest):
 
 HAND_EVENTS = [
     pkt(0, 3, 10, 2, 0, 0b11111011, 0),     # new flow on path 2, not congested: stays
-    pkt(1, 3, 11, 2, 1, 0b00110000, 7),     # congested: draw 3, first of {4, 5} at or after 3 = 4: the tail
+    pkt(1, 3, 11, 2, 1, 0b00110000, 7),     # congested: 0x59C3 = 22979, x 2 < 65536: the first of {4, 5}: the tail
     pkt(2, 3, 12, 4, 1, 0b00000001, 6),     # on path 4, congested, but the reroute is in flight (1 < hold 4)
     pkt(3, 3, 16, 4, 1, 0b00000000, 6),     # 5 ticks later (>= 4): allowed; no mate: the shortest path 6; the tail
     pkt(4, 3, 17, 4, 1, 0b00000000, 5),     # looked up on path 4, but the flow is on 6: stale, no decision
@@ -108,6 +110,57 @@ def test_hand_worked_rtl(idle, backpressure):
     assert _view(out) == HAND_OUT
     assert stats["counters"] == HAND_COUNTERS
     assert _view(run_golden(BLOCK, HAND, HAND_EVENTS)) == HAND_OUT
+
+
+# The draw is uniform among the set bits of alt: the k-th of its m set bits (from bit 0) for k = floor(r m / 2^16),
+# r the LFSR's state. The states from 0xACE1, worked by hand (shift left, new bit 0 = bit 15 ^ 13 ^ 12 ^ 10):
+# 0xACE1 = 44257, 0x59C3 = 22979, 0xB387 = 45959, 0x670F = 26383 (0xB387: 1 ^ 1 ^ 1 ^ 0 = 1), 0xCE1E = 52766
+# (0x670F: 0 ^ 1 ^ 0 ^ 1 = 0). Every first packet is a new flow on path 0, congested: the tail; its flow's second
+# packet (looked up on the new path, not congested) shows where it went. A rotate-and-find-first draw from the
+# state's low bits (the block's earlier rule) would give 1, 4, 7, 7, 1 for these five.
+UNIFORM_EVENTS = [
+    pkt(0, 0, 1, 0, 1, 0b01000110, 0),      # 44257 x 3 = 132771 -> k = 2 of {1, 2, 6}: path 6
+    pkt(1, 1, 1, 0, 1, 0b00010010, 0),      # 22979 x 2 = 45958 -> k = 0 of {1, 4}: path 1
+    pkt(2, 2, 1, 0, 1, 0b11111110, 0),      # 45959 x 7 = 321713 -> k = 4 of {1..7}: path 5
+    pkt(3, 3, 1, 0, 1, 0b11111100, 0),      # 26383 x 6 = 158298 -> k = 2 of {2..7}: path 4
+    pkt(4, 4, 1, 0, 1, 0b00001110, 0),      # 52766 x 3 = 158298 -> k = 2 of {1, 2, 3}: path 3
+    pkt(5, 0, 2, 6, 0, 0, 0), pkt(6, 1, 2, 1, 0, 0, 0), pkt(7, 2, 2, 5, 0, 0, 0), pkt(8, 3, 2, 4, 0, 0, 0),
+    pkt(9, 4, 2, 3, 0, 0, 0),
+]
+UNIFORM_OUT = [(0, 1, 0)] * 5 + [(6, 0, 1), (1, 0, 1), (5, 0, 1), (4, 0, 1), (3, 0, 1)]
+# 64 paths (eight groups of 8 in the RTL): {5, 17, 40, 63} at 44257 x 4 = 177028 -> k = 2: path 40; then
+# {8..15, 48} at 45959 x 9 = 413631 -> k = 6: path 14 (the second packet of flow 0 took 22979).
+WIDE = dict(HAND, n_paths=64)
+WIDE_EVENTS = [pkt(0, 0, 1, 0, 1, (1 << 5) | (1 << 17) | (1 << 40) | (1 << 63), 0), pkt(1, 0, 2, 40, 0, 0, 0),
+               pkt(2, 1, 3, 0, 1, (0xFF << 8) | (1 << 48), 0), pkt(3, 1, 4, 14, 0, 0, 0)]
+WIDE_OUT = [(0, 1, 0), (40, 0, 1), (0, 1, 0), (14, 0, 1)]
+
+
+def test_hand_worked_uniform_draw_reference():
+    assert _view(Ref(**HAND).run(UNIFORM_EVENTS)) == UNIFORM_OUT
+    assert _view(Ref(**WIDE).run(WIDE_EVENTS)) == WIDE_OUT
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_hand_worked_uniform_draw(idle, backpressure):
+    """The draw's rank among alt's set bits, RTL and golden model, at 8 paths (one group) and 64 (eight)."""
+    for params, events, want in ((HAND, UNIFORM_EVENTS, UNIFORM_OUT), (WIDE, WIDE_EVENTS, WIDE_OUT)):
+        stats = {}
+        assert _view(run_rtl(BLOCK, params, events, idle=idle, backpressure=backpressure, seed=4,
+                             stats=stats)) == want
+        assert stats["counters"] == [len(want), want.count((0, 1, 0)), 0, 0]
+        assert _view(run_golden(BLOCK, params, events)) == want
+
+
+def test_draw_is_uniform_over_the_lfsr_period():
+    """Over the LFSR's whole period (65,535 states), each of m set bits is drawn floor or ceil of 65,535 / m times
+    less at most one (the state 0 never occurs): counted here from the test's own LFSR, m = 3, 5, 7, 12, 64."""
+    ref = Ref(**dict(HAND, n_paths=64))
+    draws = [ref.draw() for _ in range(65535)]
+    assert len(set(draws)) == 65535
+    for m in (3, 5, 7, 12, 64):
+        counts = np.bincount([int(r * m) for r in draws], minlength=m)
+        assert counts.max() - counts.min() <= 1 and counts.sum() == 65535, (m, counts)
 
 
 def test_one_flow_back_to_back_stream():

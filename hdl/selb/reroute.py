@@ -5,23 +5,27 @@ Per flow (the flow index from the parser layer, as flb-route's) the flow table h
 path, whether a reroute is in flight, the time (``now`` ticks) of the last reroute and the flow's epoch bit. Each
 item is a packet with its flow, ``now`` and what ``selb-cluster`` returned for the flow's current path (``path``,
 ``congested``, ``alt``, ``shortest``). A packet of a flow whose current path is congested, when no reroute of the
-flow is in flight, is the **tail**: it leaves on the old path marked ``tail``, and the flow moves to a random
-non-congested path of the same cluster (the first set bit of ``alt`` at or after a 16-bit LFSR's draw, cyclically)
-or, when ``alt`` is empty, to ``shortest``; its epoch bit flips, so every packet of the new path carries the new
-epoch. The next reroute is allowed ``hold`` ticks after this one.
+flow is in flight, is the **tail**: it leaves on the old path marked ``tail``, and the flow moves to a
+non-congested path of the same cluster drawn uniformly (the ``floor(r x m / 2**16)``-th of the ``m`` set bits of
+``alt``, ``r`` a 16-bit LFSR's state) or, when ``alt`` is empty, to ``shortest``; its epoch bit flips, so every
+packet of the new path carries the new epoch. The next reroute is allowed ``hold`` ticks after this one.
 
-Pipeline (all stages move on one ``adv``; latency 5)::
+Pipeline (all stages move on one ``adv``; latency 7)::
 
-    S0 accept      S1                 S2                    S3                      S4 decide              out
-    table read,    RAM data; alt      RAM data registered;  entry resolved; the     flow state, decision,  -> o
-    LFSR draw      rotated by draw    per 8-bit group: any  candidate path; hold,   table write
-                                      bit, first bit's path current path, stale
+    accept        P1            P2 = S0       S1             S2              S3                  S4 decide      out
+    LFSR draw;    group sums    table read;   RAM data;      RAM data reg.;  entry resolved;     flow state,    -> o
+    set bits per  (last 2 of 3  rank = m x    rank below     the group of    the draw's path;    decision,
+    8-bit group,  prefix        draw / 2^16   each group's   the rank, its   hold, current path  table write
+    first prefix  steps)        (one DSP)     sum?           bits, rank in
+    step
 
+The draw needs seven register stages (count, two prefix-sum steps, the multiply, the group, the bit) and the
+table's read-modify-write four, so the draw starts two stages ahead of the table read (P1, P2).
 The flow table is written at S4 and read at S0; the four items behind a decision get its result forwarded as they
 move (S1 -> S2 from the decision of the clock before as well), so back-to-back packets of one flow see each other.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -90,15 +94,31 @@ def _less(a, b):
     return lt_hi | (eq_hi & lt_lo), eq_hi & eq_lo
 
 
-def _first_set(bits):
-    """(any, index of the lowest set bit) of a list of 1-bit values, as a balanced tree."""
-    if len(bits) == 1:
-        return bits[0], None
+def _table(index, width, f):
+    """A lookup of f over every value of ``index`` (a constant table: Yosys maps it to LUTs, no carry chain)."""
+    k = len(index)
+    return Const(sum(f(x) << (width * x) for x in range(1 << k)), width << k).word_select(index, width)
+
+
+def _count(bits):
+    """The number of set bits of up to 8 bits: each half's by a table, the two sums by a table."""
+    if len(bits) <= 4:
+        return _table(bits, len(bits).bit_length(), lambda x: bin(x).count("1"))
     h = len(bits) // 2
-    any_lo, idx_lo = _first_set(bits[:h])
-    any_hi, idx_hi = _first_set(bits[h:])
-    high = ~any_lo
-    return any_lo | any_hi, high if idx_lo is None else Cat(Mux(any_lo, idx_lo, idx_hi), high)
+    lo, hi = _count(bits[:h]), _count(bits[h:])
+    w = len(lo)
+    return _table(Cat(lo, hi), len(bits).bit_length(), lambda x: (x & ((1 << w) - 1)) + (x >> w))
+
+
+def _nth_set(bits, k):
+    """The position of the k-th set bit (from 0, from bit 0) of ``bits``; 0 when there is none."""
+    n, w = len(bits), len(k)
+
+    def nth(x):
+        mask, rank = x & ((1 << n) - 1), x >> n
+        ones = [p for p in range(n) if mask >> p & 1]
+        return ones[rank] if rank < len(ones) else 0
+    return _table(Cat(bits, k), w, nth)
 
 
 class Reroute(wiring.Component):
@@ -127,7 +147,7 @@ class Reroute(wiring.Component):
         Packets, reroutes, reroutes to the shortest path, stale items.
     """
 
-    latency = 5
+    latency = 7
 
     def __init__(self, *, n_flows=1024, n_paths=64, time_bits=16, hold=32, lfsr_seed=LFSR_SEED):
         check_parameters(n_flows=n_flows, n_paths=n_paths, time_bits=time_bits, hold=hold, lfsr_seed=lfsr_seed)
@@ -143,19 +163,20 @@ class Reroute(wiring.Component):
         })
 
     def elaborate(self, platform):
-        """Reset sweep, S0 accept, S1..S3 (table data, forwarding, candidate path), S4 decision, counters."""
+        """Reset sweep, accept (P1, P2 ahead of the table), S0 table read, S1..S3 (table data, forwarding), the
+        draw beside them (P1..S3: the candidate path), S4 decision, counters."""
         m = Module()
         m.submodules.table = mem = memory.Memory(shape=self._ent, depth=self._nf, init=[])
         rd, wr = mem.read_port(transparent_for=()), mem.write_port()
         adv = Signal(name="adv")
         busy = Signal(init=1, name="sweep_busy")
         lay = RerouteItem(n_flows=self._nf, n_paths=self._n, time_bits=self._tb)
-        s = {k: Signal(lay, name=f"{k}_item") for k in ("s1", "s2", "s3", "s4")}
+        s = {k: Signal(lay, name=f"{k}_item") for k in ("p1", "p2", "s1", "s2", "s3", "s4")}
         v = {k: Signal(name=f"{k}_valid") for k in s}
-        start = {k: Signal(self._pb, name=f"{k}_start") for k in ("s1", "s2", "s3")}
         d = self._decide_signals()
-        self._accept(m, adv, busy, rd, wr, s, v, start, d)
-        self._middle(m, adv, rd, s, v, start, d)
+        self._accept(m, adv, busy, rd, wr, s, v, d)
+        self._draw(m, adv, s, d)
+        self._middle(m, adv, rd, s, v, d)
         self._decide(m, adv, s["s4"], v["s4"], d)
         self._output(m, adv, s["s4"], v["s4"], d)
         self._counters(m, adv, v["s4"], d)
@@ -167,7 +188,6 @@ class Reroute(wiring.Component):
                     stale=Signal(name="d_stale"), to_short=Signal(name="d_to_short"),
                     exp=Signal(3, name="s4_aged"), exp_hit=Signal(name="s4_aged_hit"),
                     exp_moved=Signal(name="s4_aged_moved"),
-                    alt_r=Signal(self._n, name="s1_alt_rot"),       # alt rotated by the draw's low 2 bits
                     # registered beside the entry: its valid & inflight, not stale & congested, alt empty
                     busy=Signal(name="s4_busy"), live=Signal(name="d_live"), empty=Signal(name="d_alt_empty"),
                     ent=Signal(ent, name="s4_entry"), cand=Signal(pb, name="s4_cand"),
@@ -175,10 +195,11 @@ class Reroute(wiring.Component):
                     r1_v=Signal(name="r1_valid"), r1_flow=Signal(_bits(self._nf), name="r1_flow"),
                     r1=Signal(ent, name="r1_entry"))
 
-    def _accept(self, m, adv, busy, rd, wr, s, v, start, d):
-        """S0: after reset the sweep clears every entry (one a clock, inputs not ready); then an item is taken
-        when the output register is free, reads its flow's entry, and takes the LFSR's draw (the LFSR steps with
-        every item taken). ``ctl`` is always ready and ignored. S4's decision writes the table."""
+    def _accept(self, m, adv, busy, rd, wr, s, v, d):
+        """Accept -> P1 -> P2 -> S0: after reset the sweep clears every entry (one a clock, inputs not ready); then
+        an item is taken when the output register is free, with the LFSR's state as its draw (the LFSR steps with
+        every item taken), and reads its flow's entry two stages later, at S0. ``ctl`` is always ready and
+        ignored. S4's decision writes the table."""
         out_free = Signal(name="out_free")
         m.d.comb += [out_free.eq(~self.o.valid | self.o.ready), adv.eq(out_free & ~busy), self.i.ready.eq(adv),
                      self.ctl.ready.eq(1)]
@@ -187,32 +208,73 @@ class Reroute(wiring.Component):
             m.d.sync += addr.eq(addr - 1)
             with m.If(addr == 0):
                 m.d.sync += busy.eq(0)
-        m.d.comb += [rd.addr.eq(self.i.payload.flow), rd.en.eq(adv),
+        m.d.comb += [rd.addr.eq(s["p2"].flow), rd.en.eq(adv),
                      wr.addr.eq(Mux(busy, addr, s["s4"].flow)), wr.data.eq(Mux(busy, 0, d["new"])),
                      wr.en.eq(busy | (adv & v["s4"]))]
         lfsr = Signal(16, init=self._seed, name="lfsr")
         take = adv & self.i.valid
         with m.If(take):
             m.d.sync += lfsr.eq(Cat(lfsr[15] ^ lfsr[13] ^ lfsr[12] ^ lfsr[10], lfsr[:15]))
+        d["draw"] = Signal(16, name="p1_draw")
         with m.If(adv):
-            m.d.sync += [v["s1"].eq(take), s["s1"].eq(self.i.payload), start["s1"].eq(lfsr[:self._pb]),
-                         # the rotation by the draw's low two bits here (one LUT), the rest at S1 -> S2
-                         d["alt_r"].eq(self._rotate(self.i.payload.alt, lfsr[:self._pb], 0, 2))]
+            m.d.sync += [v["p1"].eq(take), s["p1"].eq(self.i.payload), d["draw"].eq(lfsr),
+                         v["p2"].eq(v["p1"]), s["p2"].eq(s["p1"]),
+                         v["s1"].eq(v["p2"]), s["s1"].eq(s["p2"])]
 
-    def _middle(self, m, adv, rd, s, v, start, d):
+    def _draw(self, m, adv, s, d):
+        """The candidate: the ``floor(r x m / 2**16)``-th set bit of ``alt`` (``m`` set bits, ``r`` the draw),
+        by 8-bit groups. Accept -> P1: each group's set bits (two table lookups) and the first step of their
+        running sums (a Hillis-Steele prefix). P1 -> P2: its other two steps. P2 -> S1: the rank
+        ``r x m / 2**16`` (one DSP). S1 -> S2: per group, whether the rank is below its running sum, and the rank
+        less the sums before it. S2 -> S3: the group holding the rank (the first running sum above it), its bits,
+        the rank within it. S3 -> S4: that group's set bit of that rank, or ``shortest`` when ``alt`` is empty."""
+        n, gs = self._n, min(8, self._n)
+        ng, rb, sw = n // gs, _bits(gs), n.bit_length()
+        alt = self.i.payload.alt
+        cnt = [_count(alt[g * gs:(g + 1) * gs]) for g in range(ng)]
+        run1 = [Signal(sw, name=f"p1_sum{g}") for g in range(ng)]
+        run = {k: [Signal(sw, name=f"{k}_sum{g}") for g in range(ng)] for k in ("p2", "s1")}
+        draw2 = Signal(16, name="p2_draw")
+        rank = Signal(sw, name="s1_rank")
+        below = Signal(ng, name="s2_below")
+        rest = [Signal(rb, name=f"s2_rest{g}") for g in range(ng)]
+        gsel, gbits, grank = Signal(max(1, ng.bit_length() - 1), name="s3_group"), Signal(gs, name="s3_bits"), \
+            Signal(rb, name="s3_rank")
+        glo = Signal(3, name="s3_low_count")            # groups of 8: the group's set bits among its low 4
+        with m.If(adv):
+            m.d.sync += [x.eq(cnt[g] + cnt[g - 1] if g >= 1 else cnt[g]) for g, x in enumerate(run1)]
+            step2 = [run1[g] + run1[g - 2] if g >= 2 else run1[g] for g in range(ng)]
+            m.d.sync += [x.eq(step2[g] + step2[g - 4] if g >= 4 else step2[g]) for g, x in enumerate(run["p2"])]
+            m.d.sync += [draw2.eq(d["draw"]), rank.eq((draw2 * run["p2"][-1])[16:]),
+                         *[a.eq(b) for a, b in zip(run["s1"], run["p2"])]]
+            # a gate tree, not a carry chain: nondecreasing in g, so the group is the first one set
+            m.d.sync += [below.eq(Cat(_less(rank, x)[0] for x in run["s1"])),
+                         *[x.eq((rank - run["s1"][g - 1])[:rb] if g else rank[:rb]) for g, x in enumerate(rest)]]
+            acc_g, acc_b, acc_r, acc_l = 0, 0, 0, 0
+            for g in range(ng):
+                here = below[g] & ~below[g - 1] if g else below[g]
+                bits = s["s2"].alt[g * gs:(g + 1) * gs]
+                acc_g = acc_g | Mux(here, g, 0)
+                acc_b = acc_b | Mux(here, bits, 0)
+                acc_r = acc_r | Mux(here, rest[g], 0)
+                acc_l = acc_l | Mux(here, _count(bits[:4]), 0) if gs == 8 else 0
+            m.d.sync += [gsel.eq(acc_g), gbits.eq(acc_b), grank.eq(acc_r), glo.eq(acc_l)]
+            if gs == 8:
+                # a group of 8 as two halves of 4: each half's bit of a rank is a 6-input table (one LUT level)
+                high = ~_less(grank, glo)[0]
+                pick = Mux(high, Cat(_nth_set(gbits[4:], (grank - glo)[:2]), 1), Cat(_nth_set(gbits[:4], grank[:2]), 0))
+            else:
+                pick = _nth_set(gbits, grank)
+            path = Cat(pick, gsel)[:self._pb] if ng > 1 else pick
+            m.d.sync += d["cand"].eq(Mux(s["s3"].alt == 0, s["s3"].shortest, path))
+
+    def _middle(self, m, adv, rd, s, v, d):
         """S1 -> S2: the table's data registered as read, with the forwarding decided beside it (the decision in
-        S4 now, else the one of the clock before); the alt mask rotated by the draw. S2 -> S3: the entry resolved
-        (S4's decision now first); the rotated mask's first set bit. S3 -> S4: the entry (S4's decision first);
-        the candidate path: that bit's path, or ``shortest`` when the mask is empty."""
-        n, pb = self._n, self._pb
+        S4 now, else the one of the clock before). S2 -> S3: the entry resolved (S4's decision now first). S3 ->
+        S4: the entry (S4's decision first), the hold's cases, the current path, staleness."""
         ent = self._ent
         raw, hit, hv = Signal(ent, name="s2_raw"), Signal(name="s2_hit"), Signal(ent, name="s2_hit_entry")
-        rot = Signal(n, name="s2_rot")
         e3 = Signal(ent, name="s3_entry")
-        gs = min(8, n)                              # the rotated mask in groups of 8 bits
-        ng = n // gs
-        gany = Signal(ng, name="s3_group_any")
-        gcand = [Signal(pb, name=f"s3_group_cand{g}") for g in range(ng)]
         # S4 holds the item's flow: for the items in S2 and S3, registered a stage early (all stages move together)
         near = {k: Signal(name=f"{k}_hit_s4") for k in ("s2", "s3")}
         now_hit = lambda item: near[item] if item in near else v["s4"] & (s[item].flow == s["s4"].flow)  # noqa: E731
@@ -222,15 +284,10 @@ class Reroute(wiring.Component):
         with m.If(adv):
             m.d.sync += [near["s2"].eq(v["s3"] & (s["s1"].flow == s["s3"].flow)),
                          near["s3"].eq(v["s3"] & (s["s2"].flow == s["s3"].flow))]
-            m.d.sync += [v["s2"].eq(v["s1"]), s["s2"].eq(s["s1"]), start["s2"].eq(start["s1"]), raw.eq(rd.data),
+            m.d.sync += [v["s2"].eq(v["s1"]), s["s2"].eq(s["s1"]), raw.eq(rd.data),
                          hit.eq(now_hit("s1") | r1_hit(s["s1"])),
-                         hv.eq(Mux(now_hit("s1"), d["new"], d["r1"])),
-                         rot.eq(self._rotate(d["alt_r"], start["s1"], 2, self._pb))]
-            # per group: any set bit, and the path of its first one (the group's base and the draw added)
-            for g in range(ng):
-                any_g, idx_g = _first_set(list(rot[g * gs:(g + 1) * gs]))
-                m.d.sync += [gany[g].eq(any_g), gcand[g].eq((idx_g + g * gs + start["s2"])[:pb])]
-            m.d.sync += [v["s3"].eq(v["s2"]), s["s3"].eq(s["s2"]), start["s3"].eq(start["s2"]),
+                         hv.eq(Mux(now_hit("s1"), d["new"], d["r1"]))]
+            m.d.sync += [v["s3"].eq(v["s2"]), s["s3"].eq(s["s2"]),
                          now_m1.eq(s["s2"].now[h:] - 1),
                          e3.eq(Mux(now_hit("s2"), d["new"], Mux(hit, hv, raw)))]
             # whether the hold has passed for the item entering S4, from registers only: against its entry's time,
@@ -249,8 +306,7 @@ class Reroute(wiring.Component):
                          d["busy"].eq(Mux(now_hit("s3"), d["new"].inflight, e3.valid & e3.inflight)),
                          d["empty"].eq(s["s3"].alt == 0)]
             m.d.sync += [v["s4"].eq(v["s3"]), s["s4"].eq(s["s3"]),
-                         d["ent"].eq(Mux(now_hit("s3"), d["new"], e3)),
-                         d["cand"].eq(self._first_group(gany, gcand, s["s3"].shortest))]
+                         d["ent"].eq(Mux(now_hit("s3"), d["new"], e3))]
             m.d.sync += [d["r1_v"].eq(v["s4"]), d["r1_flow"].eq(s["s4"].flow), d["r1"].eq(d["new"])]
 
     def _aged(self, now, now_m1, since):
@@ -262,27 +318,6 @@ class Reroute(wiring.Component):
         if h == 0:
             return now != since
         return _pick(_less(now[:h], since[:h])[0], since[h:] != now_m1, since[h:] != now[h:])
-
-    def _first_group(self, gany, gcand, shortest):
-        """The candidate of the first group with a set bit, else ``shortest`` (one-hot AND-OR)."""
-        acc, before = 0, 0
-        for g, c in enumerate(gcand):
-            first = gany[g] & ~before if g else gany[g]
-            acc = acc | Mux(first, c, 0)
-            before = before | gany[g] if g else gany[g]
-        return Mux(gany != 0, acc, shortest)
-
-    def _rotate(self, alt, r, lo, hi):
-        """``alt`` rotated right by r's bits lo to hi - 1 (bit b of the result is alt[(b + r') mod n], r' those
-        bits of r), one shift stage a bit."""
-        n = self._n
-        x = alt
-        for k in range(lo, min(hi, self._pb)):
-            sh = 1 << k
-            if sh >= n:
-                break
-            x = Mux(r[k], Cat(x[sh:], x[:sh]), x)
-        return x
 
     def _decide(self, m, adv, item, valid, d):
         """S4: the flow's current path (the table's, or the item's for a new flow), staleness (the item was looked

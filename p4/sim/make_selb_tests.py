@@ -92,9 +92,9 @@ def cases():
     flows = [_flow(x, 16) for x in (A, B, C, D, E)]
     assert len(set(flows)) == 5, flows
     steps = [
-        ("pkt", 1000, 2, A, 1),            # new, on congested path 2: rerouted at once within {0, 1, 3} (tail)
+        ("pkt", 1000, 2, A, 1),            # new, on congested path 2: rerouted at once, to 3 of {0, 1, 3} (tail)
         ("pkt", 1001, None, A, 1),         # on its new path, not congested: stays
-        ("pkt", 1002, 5, B, 1),            # new, on congested path 5: moves within {4, 6, 7} (tail)
+        ("pkt", 1002, 5, B, 1),            # new, on congested path 5: moves to 7 of {4, 6, 7} (tail)
         ("pkt", 1003, 5, B, 1),            # looked up on the old path (behind the reroute): stale, new path
         ("ctl", {"table": 0, "index": 3, "data": 9}),       # the block's ctl: no tables, ignored
     ] + [("cp", c) for c in second] + [    # the next publish: cluster {4..7} wholly congested, 2 no longer
@@ -127,7 +127,7 @@ def cases():
         ("cp", {"table": 7, "index": 0, "data": 0}),
         ("pkt", 20, 6, E, 1),              # new on congested 6, alt still empty: to the shortest path 1 (tail)
         ("pkt", 40, None, D, 1),           # on 0, not congested: stays
-        ("pkt", 41, None, A, 1),           # on 1 (congested), alt {0}: moves to 0 (tail)
+        ("pkt", 41, None, A, 1),           # on 3 (congested), alt {0}: moves to 0 (tail)
         # Not a flow (ok 0, no state, no LFSR step): ARP; flows of fragments (ports 0), new on congested 4 with an
         # empty alt: to the shortest path; a packet with IPv4 options whose flow index collides with C's (16
         # entries): it shares C's entry, looked up on path 7: stale, leaves on C's path.

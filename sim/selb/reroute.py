@@ -39,15 +39,13 @@ class Reroute:
     def control(self, cmd):
         pass                    # no tables
 
-    def _pick(self, alt, start):
-        for off in range(self.n):
-            p = (start + off) % self.n
-            if alt >> p & 1:
-                return p
-        return None
+    def _pick(self, alt, draw):
+        """Uniform among the set bits of ``alt``: the floor(draw x m / 2**16)-th of its m set bits, from bit 0."""
+        mates = [p for p in range(self.n) if alt >> p & 1]
+        return mates[draw * len(mates) >> 16] if mates else None
 
     def process(self, item):
-        start = self.lfsr % self.n
+        draw = self.lfsr
         self.lfsr = _lfsr_step(self.lfsr)
         f = item["flow"]
         ent = self.flows.get(f)
@@ -58,7 +56,7 @@ class Reroute:
             stale = item["path"] != cur
             if (item["now"] - since) % (1 << self.tb) >= self.hold:
                 inflight = 0
-        pick = self._pick(item["alt"], start)
+        pick = self._pick(item["alt"], draw)
         cand = item["shortest"] if pick is None else pick
         move = not stale and item["congested"] and not inflight and cand != cur
         self.counts[0] += 1
