@@ -1,12 +1,14 @@
-"""Closed-loop FLB network (FLB: sections 3.1, 3.2, Figures 5-7; datasheet docs/flb_net.md; issue 17, "FLB
+"""Closed-loop FLB network (FLB: sections 3.1 to 3.3, Figures 5-7; datasheet docs/flb_net.md; issue 17, "FLB
 demonstration").
 
 Two edge switches and ``n_paths`` parallel paths between them, stepped once per tick (one tick = one packet's
 serialization time on any link; every link carries at most one packet per tick):
 
 * **Source edge S1** (edge 0): one host per flow, each offering a packet per tick with its flow's probability (the
-  arrival schedule is drawn once from the seed, so every mode sees the same traffic). Each packet goes through the
-  path choice, then into the FIFO of the chosen uplink (one priority class per port, as the paper's Figure 6).
+  arrival schedule is drawn once from the seed, so every mode sees the same traffic) into its send queue; the host
+  sends its oldest queued packet in the tick unless its rate control holds it (below). Each packet sent goes
+  through the path choice, then into the FIFO of the chosen uplink (one priority class per port, as the paper's
+  Figure 6). S1 stamps one packet per path every ``sample_period`` ticks (section 3.1; 0: every packet).
   An uplink sends one packet per tick unless PFC has paused it; a sent packet reaches S2 ``prop`` ticks later
   (equal for every path: a symmetric leaf-spine; Algorithm 1 compares queueing delays only). Other leaves'
   traffic shares each path's FIFO (``cross``, packets per tick; it leaves toward hosts not modelled), which makes
@@ -28,11 +30,17 @@ The path choice (``mode``):
   :class:`~lbpipe.sim.flb.route.Route` (``upd=True``); an isolated packet takes the isolation path, any other the
   route's path (the composition of docs/flb_isolate.md; the route still records its own choice). The isolate's
   ``mask`` goes to the route's ``upd`` stream whenever it changes. At S2, :class:`~lbpipe.sim.flb.owd.Owd` measures
-  every sampled packet and one reverse packet per tick toward S1 carries the newest measurement back
+  every stamped packet and each arriving packet's reverse packet toward S1 carries the newest measurement back
   (``rev_delay`` ticks) into the route's delay table; :class:`~lbpipe.sim.flb.cnm.Cnm` sees every enqueue and
-  dequeue of S2's egress FIFOs and its CNMs toward S1 reach the isolate ``cnm_delay`` ticks later (CNMs toward
-  local hosts, edge 1, are dropped: those hosts run no FLB).
-* ``"flb_noiso"``: the same without the isolate and the CNMs (rerouting only).
+  dequeue of S2's egress FIFOs and its CNMs toward S1 reach the isolate ``cnm_delay`` ticks later. Without
+  ``rate_control`` CNMs toward local hosts (edge 1) are dropped and no host reacts to a CNM.
+* ``rate_control`` (``"flb"`` mode only; off by default): the minimal rate control of section 3.3 in every host.
+  S1 forwards each CNM to its flow's host as it applies it to the isolate; S2 tells its local hosts ``pfc_delay``
+  ticks after flb-cnm emits the CNM. A congestion CNM pauses the host (unless it is already paused or still
+  congested at C/n: a refresh changes only ``n``); the release CNM resumes it at C/n, one packet every ``n``
+  ticks, ``n`` the largest of the episode's CNMs; a pause lasts at most ``rc_max_pause`` ticks (then C/n without
+  a release); ``rc_hold`` ticks after the release with no further CNM the host returns to its own rate.
+* ``"flb_noiso"``: the same without the isolate and the CNMs (rerouting only; no rate control).
 * ``"spray"``: per-packet spraying, a uniformly random path per packet (its own seeded generator).
 
 Deterministic for a seed. Nothing of the RTL runs here.
@@ -50,6 +58,8 @@ __all__ = ["FlbNetConfig", "FlbNet", "run_net", "MODES"]
 
 MODES = ("flb", "flb_noiso", "spray")
 SRC_EDGE, DST_EDGE = 0, 1
+#: A host's rate control state: its own rate (the arrival schedule), paused, or limited to C/n.
+RUN, PAUSE, LIMIT = "run", "pause", "limit"
 #: Two flows toward the incast port 0 (0.2 packet per tick each), six toward ports 1-3 (0.05 each).
 DEFAULT_FLOWS = ((0, 0.2), (0, 0.2)) + tuple((1 + i % 3, 0.05) for i in range(6))
 
@@ -59,15 +69,22 @@ class FlbNetConfig:
 
     ``flows``: one ``(port, rate)`` per S1 flow: the S2 egress port (receiver) and the probability of a packet per
     tick. Port 0 is the incast port.
+
+    ``sample_period``: S1 stamps the first packet it puts on a path once ``sample_period`` ticks have passed since
+    the path's last stamp (0: every packet; the paper's two base RTTs are 16 ticks here). ``rate_control``,
+    ``rc_max_pause``, ``rc_hold``: the hosts' minimal rate control (module docstring).
     """
 
     def __init__(self, *, n_paths=4, n_ports=4, flows=DEFAULT_FLOWS, prop=4, rev_delay=4, cnm_delay=4, pfc_delay=1,
                  xoff=8, xon=4, threshold=8, n_local=3, incast_on=2000, incast_off=6000, stop=8000, drain=4000,
-                 timeout=1024, time_bits=16, clock_offset=40_000, burst=1, cross=(0.8, 0.6, 0.4, 0.0), seed=1):
+                 timeout=1024, time_bits=16, clock_offset=40_000, burst=1, cross=(0.8, 0.6, 0.4, 0.0), seed=1,
+                 sample_period=0, rate_control=False, rc_max_pause=64, rc_hold=1024):
         if not 2 <= n_paths <= 16 or not 1 <= n_ports <= 16:
             raise ValueError("n_paths 2..16, n_ports 1..16")
         if not 0 < xon < xoff:
             raise ValueError("need 0 < xon < xoff")
+        if sample_period < 0 or rc_max_pause < 1 or rc_hold < 1:
+            raise ValueError("sample_period 0 (every packet) or more ticks; rc_max_pause, rc_hold 1 or more")
         for port, rate in flows:
             if not (0 <= port < n_ports and 0 < rate <= 1):
                 raise ValueError(f"bad flow {(port, rate)}")
@@ -77,6 +94,8 @@ class FlbNetConfig:
         self.incast_on, self.incast_off, self.stop, self.drain = incast_on, incast_off, stop, drain
         self.timeout, self.time_bits, self.clock_offset, self.seed = timeout, time_bits, clock_offset, seed
         self.burst = burst
+        self.sample_period = sample_period
+        self.rate_control, self.rc_max_pause, self.rc_hold = bool(rate_control), rc_max_pause, rc_hold
         self.cross = tuple(cross) + (0.0,) * (n_paths - len(cross))
 
     def replace(self, **kw):
@@ -107,7 +126,7 @@ class FlbNet:
         self.schedule = self._traffic()
         # state
         self.uplink = [deque() for _ in range(n)]          # S1's FIFOs: packets
-        self.wire = []                                      # (arrive_tick, path, packet)
+        self.wire = deque()                                 # (arrive_tick, path, packet), in arrival order
         self.egress = [deque() for _ in range(cfg.n_ports)]   # S2's FIFOs: (ingress, packet)
         n_ing = n + cfg.n_local
         self.held = [0] * n_ing                             # S2's packets per ingress
@@ -116,6 +135,13 @@ class FlbNet:
         self.pending = []                                   # (tick, kind, payload), applied at S1 in order
         self.mask = 0
         self.seq = [0] * (nf + cfg.n_local)
+        # the hosts of S1's flows (NICs): a send queue each, and the rate control's state (section 3.3)
+        self.host_q = [deque() for _ in range(nf)]
+        self.host = [{"state": RUN, "n": 0, "since": 0, "cnm": 0, "next": 0, "released": False}
+                     for _ in range(nf + cfg.n_local)]      # S1's flows, then S2's local hosts
+        self.last_sample = [None] * n                       # per path: the tick of S1's last sampled packet
+        self.slot_tick = None                               # S1 tick of the measurement in flb-owd's slot
+        self.meas_tick = [None] * n                         # per path: S1 tick of the route's newest delay
         self.max_seq = {}           # flow -> the delivered packet of highest sequence number
         # records
         self.deliveries = []        # (tick, flow, seq, latency, path)
@@ -127,6 +153,11 @@ class FlbNet:
         self.queue_log = []         # (tick, [uplink lengths], port 0 length, mask)
         self.cnms = []              # (tick, flow, cong, n, cp)
         self.delay_writes = 0
+        self.gen_log = []           # (tick, flow): every S1 packet generated (what the hosts offer)
+        self.stamped = []           # (tick, flow): the S1 packets sent with a stamp (sampled)
+        self.ages = []              # per S1 packet (flb modes): age of the route's delay for the path it took
+        self.host_log = []          # (tick, flow, state, n): every change of a host's rate control state
+        self.backlog_log = []       # (tick, [host queue lengths]), every 20 ticks
 
     def _traffic(self):
         """Per tick, the S1 flows that offer a packet: drawn once from the seed (the same in every mode). Each host
@@ -160,12 +191,75 @@ class FlbNet:
             if when > t or kind == "pfc":
                 keep.append((when, kind, item))
             elif kind == "delay":
+                self.meas_tick[item["path"]] = item.pop("sent")
                 self.route.process_stream("upd", item)
                 self.delay_writes += 1
             elif kind == "cnm":
                 item = dict(item, now=self._s1_now(t))
                 self.isolate.process_stream("upd", item)
+                if self.cfg.rate_control and item["flow"] < len(self.cfg.flows):
+                    self._host_cnm(t, item["flow"], item["cong"], item["n"])
+            elif kind == "local_cnm":
+                self._host_cnm(t, *item)
         self.pending = keep
+
+    # -- the hosts' minimal rate control (section 3.3) ---------------------------------------------------------
+
+    def _host_set(self, t, flow, state):
+        h = self.host[flow]
+        h["state"], h["since"] = state, t
+        if state == RUN:
+            h["n"], h["released"] = 0, False
+        if state == LIMIT:
+            h["next"] = t
+        self.host_log.append((t, flow, state, h["n"]))
+
+    def _host_cnm(self, t, flow, cong, n):
+        """A CNM reaches ``flow``'s host (S1's hosts through S1, in the tick S1 applies it to flb-isolate; S2's
+        local hosts from S2, ``pfc_delay`` ticks after flb-cnm emits it). A congestion CNM pauses a flow running at
+        its own rate or released; to a flow still congested (paused, or at C/n after ``rc_max_pause`` without a
+        release) it only brings ``n`` (flb-cnm's refreshes). A release resumes a paused flow at C/n. ``n`` is the
+        largest any CNM of the episode (since the host last ran at its own rate) reported."""
+        h = self.host[flow]
+        h["n"], h["cnm"] = max(h["n"], n), t
+        if cong:
+            if h["state"] == RUN or h["released"]:
+                self._host_set(t, flow, PAUSE)
+            h["released"] = False
+        else:
+            h["released"] = True
+            if h["state"] == PAUSE:
+                self._host_set(t, flow, LIMIT)
+
+    def _host_tick(self, t):
+        """A pause lasts until the flow's release CNM or ``rc_max_pause`` ticks (then C/n, still congested); C/n
+        lasts until the release and ``rc_hold`` ticks without a CNM after it, then the host returns to its own
+        rate."""
+        cfg = self.cfg
+        for flow, h in enumerate(self.host):
+            if h["state"] == PAUSE and t - h["since"] >= cfg.rc_max_pause:
+                self._host_set(t, flow, LIMIT)
+            elif h["state"] == LIMIT and h["released"] and t - h["cnm"] >= cfg.rc_hold:
+                self._host_set(t, flow, RUN)
+
+    def _host_send(self, t, flow):
+        """Whether ``flow``'s host puts its oldest queued packet on the wire toward S1 this tick."""
+        h = self.host[flow]
+        if h["state"] == RUN:
+            return True
+        if h["state"] == LIMIT and t >= h["next"]:
+            h["next"] = t + h["n"]          # one packet per n ticks: C/n
+            return True
+        return False
+
+    def _sample(self, t, path):
+        """Section 3.1: S1 stamps one packet per path every ``sample_period`` ticks (the first packet it puts on
+        the path once the period has passed since the path's last sample)."""
+        last = self.last_sample[path]
+        if self.cfg.sample_period and last is not None and t - last < self.cfg.sample_period:
+            return 0
+        self.last_sample[path] = t
+        return 1
 
     def _choose(self, t, flow):
         now = self._s1_now(t)
@@ -183,15 +277,27 @@ class FlbNet:
         return r["path"], 0
 
     def _s1(self, t):
+        cfg = self.cfg
         self._apply_pending(t)
-        if t < self.cfg.stop:
+        if t < cfg.stop:
             for flow in self.schedule[t]:
-                path, isolated = self._choose(t, flow)
-                pkt = {"flow": flow, "seq": self.seq[flow], "born": t, "port": self.cfg.flows[flow][0],
-                       "stamp": self._s1_now(t), "path": path, "iso": isolated, "dep": None}
+                self.host_q[flow].append({"flow": flow, "seq": self.seq[flow], "born": t, "port": cfg.flows[flow][0]})
                 self.seq[flow] += 1
+                self.gen_log.append((t, flow))
+        if cfg.rate_control:
+            self._host_tick(t)
+        for flow, hq in enumerate(self.host_q):
+            if hq and self._host_send(t, flow):
+                pkt = hq.popleft()
+                path, isolated = self._choose(t, flow)
+                if self.mode != "spray" and self.meas_tick[path] is not None:
+                    self.ages.append(t - self.meas_tick[path])
+                pkt.update(sent=t, stamp=self._s1_now(t), path=path, iso=isolated, dep=None,
+                           sampled=self._sample(t, path))
                 self.uplink[path].append(pkt)
                 self.path_log.append((t, flow, path, isolated))
+                if pkt["sampled"]:
+                    self.stamped.append((t, flow))
         for p, rate in enumerate(self.cfg.cross):
             if rate and self.rng_cross.random() < rate:      # other leaves' traffic sharing the path's queue
                 self.uplink[p].append(None)
@@ -221,18 +327,23 @@ class FlbNet:
                 self.pending.append((t + self.cfg.cnm_delay, "cnm",
                                      {"flow": out["cnm_flow"], "dest": DST_EDGE, "cp": out["cnm_cp"],
                                       "n": out["cnm_n"], "cong": out["cnm_cong"]}))
+            elif self.cfg.rate_control:        # a local host of S2: its own edge switch tells it
+                self.pending.append((t + self.cfg.pfc_delay, "local_cnm",
+                                     (out["cnm_flow"], out["cnm_cong"], out["cnm_n"])))
 
     def _s2(self, t):
         cfg = self.cfg
         now2 = self._s2_now(t)
-        arrived = [w for w in self.wire if w[0] <= t]
-        self.wire = [w for w in self.wire if w[0] > t]
+        arrived = []
+        while self.wire and self.wire[0][0] <= t:       # every path has the same delay: the wire is a FIFO
+            arrived.append(self.wire.popleft())
         for _, p, pkt in sorted(arrived, key=lambda w: w[1]):
             if pkt is None:         # cross traffic leaves toward hosts not modelled
                 continue
-            if self.mode != "spray":
+            if self.mode != "spray" and pkt["sampled"]:
                 self.owd.process({"kind": 1, "sampled": 1, "edge": SRC_EDGE, "path": p, "stamp": pkt["stamp"],
                                   "now": now2})
+                self.slot_tick = pkt["sent"]
             self._enqueue(t, p, pkt, SRC_EDGE)
             if self.mode != "spray":
                 self._reverse(t, now2)
@@ -240,10 +351,10 @@ class FlbNet:
             nf = len(cfg.flows)
             for j in range(cfg.n_local):
                 ing = cfg.n_paths + j
-                if not self.paused_up[ing]:
-                    flow = nf + j
+                flow = nf + j
+                if not self.paused_up[ing] and (not cfg.rate_control or self._host_send(t, flow)):
                     pkt = {"flow": flow, "seq": self.seq[flow], "born": t, "port": 0, "stamp": 0, "path": -1,
-                           "iso": 0, "dep": t}
+                           "iso": 0, "dep": t, "sampled": 0}
                     self.seq[flow] += 1
                     self._enqueue(t, ing, pkt, DST_EDGE)
         for port, q in enumerate(self.egress):
@@ -270,7 +381,8 @@ class FlbNet:
         if out["pb_valid"]:
             delay = min(out["pb_delay"], self.cfg.timeout)      # capped at the route's timeout (its datasheet)
             self.pending.append((t + self.cfg.rev_delay, "delay",
-                                 {"isolate": 0, "dest": DST_EDGE, "path": out["pb_path"], "delay": delay}))
+                                 {"isolate": 0, "dest": DST_EDGE, "path": out["pb_path"], "delay": delay,
+                                  "sent": self.slot_tick}))
 
     def _deliver(self, t, pkt):
         f, s = pkt["flow"], pkt["seq"]
@@ -321,6 +433,7 @@ class FlbNet:
                 self.pause_ticks[i] += p
             if t % 20 == 0:
                 self.queue_log.append((t, [len(q) for q in self.uplink], len(self.egress[0]), self.mask))
+                self.backlog_log.append((t, [len(q) for q in self.host_q]))
         return self
 
     # -- measurements --------------------------------------------------------------------------------------------
