@@ -779,13 +779,15 @@ def selb_cluster_commands(published, k):
     """The control plane's translation of ``selb-cluster``'s published result (sim/selb/cluster.py ``Cluster``'s
     ``published``: per path its cluster, backup flag, congested flag; the shortest path) into selb_tor.p4 register
     writes (``{table, index, data}``, harness op 2): every path's cluster and congested flag, each of the ``k``
-    clusters' ``alt`` mask (its paths not congested), the shortest path. The backup flag is not needed."""
-    cluster, _, congested, shortest = published
+    clusters' ``alt`` mask (its paths not congested; for a wholly congested cluster, the backup set's paths not
+    congested, as the block publishes it), the shortest path."""
+    cluster, backup, congested, shortest = published
     cmds = [{"table": 0, "index": p, "data": c} for p, c in enumerate(cluster)]
     cmds += [{"table": 1, "index": p, "data": int(c)} for p, c in enumerate(congested)]
+    spare = sum(1 << p for p, b in enumerate(backup) if b and not congested[p])
     for j in range(k):
         mask = sum(1 << p for p, c in enumerate(cluster) if c == j and not congested[p])
-        cmds.append({"table": 2, "index": j, "data": mask})
+        cmds.append({"table": 2, "index": j, "data": mask or spare})
     cmds.append({"table": 3, "index": 0, "data": shortest})
     return cmds
 

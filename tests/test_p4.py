@@ -858,10 +858,11 @@ def _selb_expected(name):
 #: selb-cases, worked by hand (make_selb_tests.py's comments): tag -> (path out, tail). The moves' destinations
 #: follow the LFSR from 0xACE1, uniform among alt's m set bits (docs/selb_reroute.md): the first packet's state
 #: 0xACE1 = 44257, 44257 x 3 // 65536 = 2, the third of {0, 1, 3}: path 3; the third packet's 0xB387 = 45959,
-#: 45959 x 3 // 65536 = 2, the third of {4, 6, 7}: path 7.
-SELB_CASES = {0: (2, 1), 1: (3, 0), 2: (5, 1), 3: (7, 0), 24: (7, 0), 25: (7, 0), 26: (7, 1), 27: (1, 0),
-              28: (1, 0), 31: (1, 0), 34: (0, 1), 38: (3, 0), 39: (3, 0), 40: (3, 1), 49: (6, 1), 50: (0, 0),
-              51: (3, 1), 55: (1, 0)}
+#: 45959 x 3 // 65536 = 2, the third of {4, 6, 7}: path 7. Cluster {4..7} wholly congested publishes the backup
+#: set's free paths {0..3} as its alt (docs/selb_cluster.md): tag 26's state 0x3879 = 14457, x 4 < 65536: path 0.
+SELB_CASES = {0: (2, 1), 1: (3, 0), 2: (5, 1), 3: (7, 0), 24: (7, 0), 25: (7, 0), 26: (7, 1), 27: (0, 0),
+              28: (1, 0), 31: (1, 0), 34: (0, 1), 38: (3, 0), 39: (3, 0), 40: (3, 1), 50: (6, 1), 51: (0, 0),
+              52: (3, 1), 56: (1, 0)}
 
 
 def test_selb_commands():
@@ -875,6 +876,12 @@ def test_selb_commands():
     assert p4.selb_tor_commands(params, writes) == [
         "table_set_default selb_config set_config 4 7 4", "register_write r_lfsr 0 7",
         "register_write r_cluster 3 2", "register_write r_alt 63 15", "register_write r_shortest 0 3"]
+    # cluster 1 = {0, 2, 3} all congested, cluster 0 = {1} (the backup set) free: cluster 1 takes the backup set's
+    # free path 1; with path 1 congested too there is no free path: 0 for both
+    assert [c["data"] for c in p4.selb_cluster_commands(([1, 0, 1, 1], [0, 1, 0, 0], [1, 0, 1, 1], 2), 2)
+            if c["table"] == 2] == [0b0010, 0b0010]
+    assert [c["data"] for c in p4.selb_cluster_commands(([1, 0, 1, 1], [0, 1, 0, 0], [1, 1, 1, 1], 2), 2)
+            if c["table"] == 2] == [0, 0]
     published = ([1, 0, 1, 1], [0, 1, 0, 0], [0, 0, 1, 0], 2)
     assert p4.selb_cluster_commands(published, 2) == [
         {"table": 0, "index": 0, "data": 1}, {"table": 0, "index": 1, "data": 0}, {"table": 0, "index": 2, "data": 1},

@@ -72,6 +72,7 @@ class Ref:
         self.pend_info = (0, 0, 0)
         self.counters = [0] * 6
         self.history = []       # per tick: (assignment, backup, sweeps, capped)
+        self.spread = [0, 0]    # lookups of a wholly congested cluster: no backup mate either, backup mates
 
     def event(self, e):
         if "ctl" in e:
@@ -105,6 +106,9 @@ class Ref:
         cl, bk, cg = self.pub[it["path"]]
         view = np.array(self.pub, dtype=np.int64).reshape(self.n, 3)
         mates = (view[:, 0] == cl) & (view[:, 2] == 0)               # same cluster, not congested
+        if not mates.any():                                            # else: the backup set, not congested
+            mates = (view[:, 1] == 1) & (view[:, 2] == 0)
+            self.spread[int(mates.any())] += 1
         alt = int(np.dot(mates.astype(np.int64), 1 << np.arange(self.n, dtype=object)))
         return {"kind": it.get("kind", 0), "tag": it.get("tag", 0), "path": it["path"], "cluster": cl,
                 "congested": cg, "backup": bk, "alt": alt, "shortest": self.pub_short}
@@ -138,14 +142,15 @@ TICK = {"smp": {"path": 0, "qlen": 0, "tick": 1}}
 # Backup: cluster 1 (mean 2). Congested (theta 10, previous snapshot all 0): growth = queue, so paths 4..7.
 # Engine clocks: 2 draws x 3 + 3 sweeps x (8 + 6 + 5) + 2 = 65.
 # Rerouting fields: cluster 1 = paths 0..3, none congested: alt 0b00001111 for each of them; cluster 0 = paths 4..7,
-# all congested: alt 0. Shortest queue: path 2 (queue 1). Before the publish: one cluster, nothing congested, so
+# all congested: no mate, so the backup set's (cluster 1's) paths that are not congested, 0b00001111 again.
+# Shortest queue: path 2 (queue 1). Before the publish: one cluster, nothing congested, so
 # alt = 0xFF for every path, shortest path 0.
 HAND = dict(n_paths=8, k=2, q_bits=6, iter_cap=8, draws=4, theta=10, lfsr_seed=0xACE1)
 HAND_Q = [2, 3, 1, 2, 40, 42, 41, 39]
 HAND_CLUSTER = [1, 1, 1, 1, 0, 0, 0, 0]
 HAND_BACKUP = [1, 1, 1, 1, 0, 0, 0, 0]
 HAND_CONGESTED = [0, 0, 0, 0, 1, 1, 1, 1]
-HAND_ALT = [0x0F] * 4 + [0x00] * 4
+HAND_ALT = [0x0F] * 8
 HAND_SHORTEST = 2
 
 
@@ -208,6 +213,7 @@ def test_golden_matches_reference_many_traces():
     """Pure Python, many seeds and parameter sets: convergence, the cap, duplicates, empty clusters."""
     rng = random.Random(11)
     capped = converged = 0
+    spread = [0, 0]
     for seed in range(60):
         n = 1 << rng.randrange(1, 7)
         q = rng.randrange(4, 12)
@@ -217,8 +223,10 @@ def test_golden_matches_reference_many_traces():
         ref = Ref(**params)
         assert run_golden(BLOCK, params, events) == ref.run(events), (seed, params)
         capped += sum(h[3] for h in ref.history)
+        spread = [a + b for a, b in zip(spread, ref.spread)]
         converged += sum(not h[3] for h in ref.history)
     assert capped > 10 and converged > 10
+    assert spread[0] > 10 and spread[1] > 10         # wholly congested clusters: backup mates, and none at all
 
 
 @pytest.mark.parametrize("params", CASES, ids=lambda p: f"n{p['n_paths']}k{p['k']}")

@@ -204,6 +204,8 @@ class Cluster(wiring.Component):
         return dict(cl=[Signal(self._cb, name=f"pub_cl{p}") for p in range(n)],
                     bk=Signal(n, init=(1 << n) - 1, name="pub_bk"), cg=Signal(n, name="pub_cg"),
                     alt=[Signal(n, init=(1 << n) - 1 if j == 0 else 0, name=f"pub_alt{j}") for j in range(self._k)],
+                    # the backup set's paths that are not congested
+                    spare=Signal(n, init=(1 << n) - 1, name="pub_spare"),
                     sh=Signal(self._pb, name="pub_shortest"))
 
     # -- input -----------------------------------------------------------------------------------------------------
@@ -241,13 +243,16 @@ class Cluster(wiring.Component):
         l1 = Signal(ClusterItem(n_paths=n), name="l1")
         l2 = Signal(ClusterResult(n_paths=n, k=k), name="l2")
         l2_alt = [Signal(n, name=f"l2_alt{j}") for j in range(k)]
+        l2_has, l2_spare = Signal(k, name="l2_has_free"), Signal(n, name="l2_spare")
         out_free = self._out_free
         # every stage moves when the output register is free: L1 and L2 drain even while a tick waits for the
         # engine (adv low, nothing accepted)
         with m.If(out_free):
             m.d.sync += [l1_valid.eq(self.i.valid & adv), l1.eq(self.i.payload), l2_valid.eq(l1_valid),
                          l2.kind.eq(l1.kind), l2.tag.eq(l1.tag), l2.path.eq(l1.path), l2.shortest.eq(pub["sh"])]
+            # and, per cluster, whether it has a path that is not congested (else its alt is the backup set's)
             m.d.sync += [a.eq(pa) for a, pa in zip(l2_alt, pub["alt"])]
+            m.d.sync += [l2_spare.eq(pub["spare"]), *[h.eq(pa != 0) for h, pa in zip(l2_has, pub["alt"])]]
             with m.Switch(l1.path):
                 for p in range(n):
                     with m.Case(p):
@@ -257,19 +262,23 @@ class Cluster(wiring.Component):
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(out_free & l2_valid):
-            # alt: a k-way choice of the n-bit masks read at L2 by the cluster read with them
+            # alt: a k-way choice of the n-bit masks read at L2 by the cluster read with them; a cluster without a
+            # free path takes the backup set's free paths
             alt = Const(0, n)
             for j in range(k):
-                alt = alt | Mux(l2.cluster == j, l2_alt[j], 0)
+                alt = alt | Mux(l2.cluster == j, Mux(l2_has[j], l2_alt[j], l2_spare), 0)
             m.d.sync += [self.o.valid.eq(1), out.eq(l2), out.alt.eq(alt)]
 
     def _publish(self, m, tick_go, pend, pub):
         """The atomic publish: at a tick every published register takes its pending value in one clock; cluster j's
-        ``alt`` mask takes the pending paths of cluster j that are not congested."""
+        ``alt`` mask takes the pending paths of cluster j that are not congested or, when all of them are, the
+        backup set's paths that are not congested (the paper's backup set for "highly congested path clusters")."""
         with m.If(tick_go):
-            m.d.sync += [pub["bk"].eq(pend["bk"]), pub["cg"].eq(pend["cg"]), pub["sh"].eq(pend["sh"])]
+            m.d.sync += [pub["bk"].eq(pend["bk"]), pub["cg"].eq(pend["cg"]), pub["sh"].eq(pend["sh"]),
+                         pub["spare"].eq(pend["bk"] & ~pend["cg"])]
             for j in range(self._k):
-                m.d.sync += pub["alt"][j].eq(Cat(*[(pend["cl"][p] == j) & ~pend["cg"][p] for p in range(self._n)]))
+                own = Cat(*[(pend["cl"][p] == j) & ~pend["cg"][p] for p in range(self._n)])
+                m.d.sync += pub["alt"][j].eq(own)
             m.d.sync += [pub["cl"][p].eq(pend["cl"][p]) for p in range(self._n)]
 
     # -- engine ----------------------------------------------------------------------------------------------------

@@ -100,8 +100,9 @@ def cases():
     ] + [("cp", c) for c in second] + [    # the next publish: cluster {4..7} wholly congested, 2 no longer
         ("pkt", 1010, None, B, 1),         # congested, alt empty, but the reroute at 1002 is in flight: held
         ("pkt", 1017, None, B, 1),         # age 15 < 16: held
-        ("pkt", 1018, None, B, 1),         # age 16: moves to the shortest path, 1 (tail)
-        ("pkt", 1019, None, B, 1),         # on path 1, not congested: stays
+        ("pkt", 1018, None, B, 1),         # age 16: moves (tail); its cluster has no mate, so alt is the backup
+                                           # set's {0..3}: state 0x3879 = 14457, x 4 < 65536: path 0
+        ("pkt", 1019, None, B, 1),         # on path 0, not congested: stays
         ("pkt", 1020, 1, C, 1),            # new on path 1: stays
         ("cp", {"table": 1, "index": 1, "data": 1}),        # path 1 congested, its cluster's alt emptied:
         ("cp", {"table": 2, "index": a_cl, "data": 0}),     # candidate = shortest = 1 = the current path
@@ -125,7 +126,8 @@ def cases():
         ("cp", {"table": 3, "index": 0, "data": 8}),
         ("cp", {"table": 3, "index": 1, "data": 6}),
         ("cp", {"table": 7, "index": 0, "data": 0}),
-        ("pkt", 20, 6, E, 1),              # new on congested 6, alt still empty: to the shortest path 1 (tail)
+        ("cp", {"table": 2, "index": b_cl, "data": 0}),     # {4..7}'s alt emptied (its backup wholly congested)
+        ("pkt", 20, 6, E, 1),              # new on congested 6, alt empty: to the shortest path 1 (tail)
         ("pkt", 40, None, D, 1),           # on 0, not congested: stays
         ("pkt", 41, None, A, 1),           # on 3 (congested), alt {0}: moves to 0 (tail)
         # Not a flow (ok 0, no state, no LFSR step): ARP; flows of fragments (ports 0), new on congested 4 with an

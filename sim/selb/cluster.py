@@ -117,6 +117,8 @@ class Cluster:
         cl, bk, cg, shortest = self.published
         p = item["path"]
         alt = sum(1 << b for b in range(self.n) if cl[b] == cl[p] and not cg[b])
+        if alt == 0:            # the whole cluster congested: the backup set's paths that are not
+            alt = sum(1 << b for b in range(self.n) if bk[b] and not cg[b])
         return {"kind": item["kind"], "tag": item["tag"], "path": p, "cluster": cl[p], "congested": cg[p],
                 "backup": bk[p], "alt": alt, "shortest": shortest}
 
