@@ -1,6 +1,7 @@
 """SELB destination reordering (selb-reorder): RTL and golden model against hand-worked release orders (the tail
 releasing a buffer, a lost tail timing out, a full buffer, every buffer busy, a second reroute, a stale tail, the
-timer's wrap, other kinds passing a held flow) and an independent re-derivation of the datasheet's rules on random
+timer's wrap, other kinds passing a held flow, an unknown flow in order at epoch 0: its first tails, and its new path
+arriving before its old path) and an independent re-derivation of the datasheet's rules on random
 traces, with idle input and back-pressure.
 
 Nothing here takes an expected value from lbpipe.sim.selb.reorder; its trace generator supplies stimuli only.
@@ -28,7 +29,7 @@ class Ref:
 
     def __init__(self, n_flows, n_buffers, depth, time_bits, timeout):
         self.slots, self.depth, self.mod, self.timeout = n_buffers, depth, 1 << time_bits, timeout
-        self.epoch = {}                        # flow -> in-order epoch
+        self.epoch = {}                        # flow -> in-order epoch; a flow not yet seen is at 0 (its first row)
         self.held = {}                         # flow -> {"no": buffer number, "ep", "t0", "items": [(tag, tail)]}
         self.n = dict(items=0, held=0, reorders=0, timeouts=0, overflows=0, second=0, fallbacks=0, stale=0)
 
@@ -74,7 +75,7 @@ class Ref:
                 self.epoch[f] = b["ep"]
                 return out + self._out(f)
             return out
-        if f not in self.epoch or self.epoch[f] == e:
+        if self.epoch.get(f, 0) == e:
             self.epoch[f] = 1 - e if tail else e
             return out + [me]
         if tail:
@@ -138,9 +139,20 @@ CASES = {
     "timer_wrap": (SMALL, [_it(0, 4, 0, 0, 60), _it(1, 4, 1, 0, 62), _it(2, 6, 0, 0, 12, OTHER),
                            _it(3, 6, 0, 0, 14, OTHER)],
                    [(0, 0), (2, 0), (1, 1), (3, 0)], [4, 1, 0, 1, 0, 0, 0, 0]),
-    # an unknown flow's first item is a tail of epoch 1: the flow's epoch becomes 0; a stale tail (epoch 1) passes
+    # an unknown flow is in order at epoch 0: its first item, a tail of epoch 1 with no buffer, is a stale tail and
+    # leaves the flow at 0; 1 is in order; 2, again a tail of epoch 1, is stale; 3 in order
     "first_tail_and_stale": (SMALL, [_it(0, 7, 1, 1), _it(1, 7, 0), _it(2, 7, 1, 1), _it(3, 7, 0)],
-                             [(0, 0), (1, 0), (2, 0), (3, 0)], [4, 0, 0, 0, 0, 0, 0, 1]),
+                             [(0, 0), (1, 0), (2, 0), (3, 0)], [4, 0, 0, 0, 0, 0, 0, 2]),
+    # an unknown flow's epoch-0 tail is an in-order tail: it passes and moves the flow to epoch 1, whose packet 1 is
+    # then in order; 2 (epoch 0, no tail, no buffer) is early and held until the OTHER item at now 16 times it out
+    "first_tail_in_order": (SMALL, [_it(0, 6, 0, 1), _it(1, 6, 1), _it(2, 6, 0), _it(3, 0, 0, 0, 16, OTHER)],
+                            [(0, 0), (1, 0), (2, 1), (3, 0)], [4, 1, 0, 1, 0, 0, 0, 0]),
+    # after 0 of flow 2, a new flow 5 rerouted before its first packet reached the destination: its new path's 4
+    # and 5 (epoch 1) arrive first and are held (an unknown flow is at epoch 0), the old path's 1, 2 pass, its tail
+    # 3 leaves, then 4, 5; 6 (epoch 1) is in order (the rule before: 4 in order, 1 and 2 held, 3 a second reroute)
+    "new_flow_new_path_first": (SMALL, [_it(0, 2), _it(4, 5, 1), _it(5, 5, 1), _it(1, 5, 0), _it(2, 5, 0),
+                                        _it(3, 5, 0, 1), _it(6, 5, 1)],
+                                [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 0)], [7, 2, 1, 0, 0, 0, 0, 0]),
 }
 
 

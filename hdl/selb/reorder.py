@@ -2,8 +2,9 @@
 which takes ConWeave's method; datasheet docs/selb_reorder.md).
 
 A metadata block: each item is a packet the switch holds by its ``tag``, with its ``flow``, the ``epoch`` bit and
-``tail`` mark selb-reroute gave it at the source, and the time ``now``. Per flow the flow table holds whether the
-flow is known and its in-order epoch. A DATA packet of the other epoch with no tail mark arrives before the old
+``tail`` mark selb-reroute gave it at the source, and the time ``now``. Per flow the flow table holds its in-order
+epoch, 0 after reset (selb-reroute starts every flow at epoch 0, so a flow the block has not seen is in order at 0,
+whichever of its paths arrives first). A DATA packet of the other epoch with no tail mark arrives before the old
 path's tail: it is held in a free reorder buffer (``n_buffers`` of ``depth`` items, in one memory) and the flow's
 later packets of that epoch join it; the old path's tail leaves, then the buffer drains in order. A buffer also
 drains when it fills (the filling item last), on a second reroute's tail (last), and when ``timeout`` ticks of
@@ -70,7 +71,7 @@ def ReorderResult(*, n_flows=1024):
 
 
 def _flow_entry():
-    return data.StructLayout({"known": 1, "epoch": 1})
+    return data.StructLayout({"epoch": 1})
 
 
 def _slot():
@@ -131,7 +132,7 @@ class Reorder(wiring.Component):
         self._nf, self._nb, self._depth, self._tb, self._timeout = n_flows, n_buffers, depth, time_bits, timeout
         self._db = _bits(depth)
         self._bb = _bits(n_buffers)
-        self.memory_bits = n_flows * 2 + n_buffers * depth * _slot().size
+        self.memory_bits = n_flows * _flow_entry().size + n_buffers * depth * _slot().size
         super().__init__({
             "i": In(stream.Signature(ReorderItem(n_flows=n_flows, time_bits=time_bits))),
             "o": Out(stream.Signature(ReorderResult(n_flows=n_flows))),
@@ -169,7 +170,8 @@ class Reorder(wiring.Component):
             adv=Signal(name="adv"), busy=Signal(init=1, name="sweep_busy"),
             v1=Signal(name="s1_valid"), s1=Signal(lay, name="s1_item"),
             fwd=Signal(name="fwd"), fwd_val=Signal(_flow_entry(), name="fwd_entry"), twy=Signal(name="tw_is_s1"),
-            tw_en=Signal(name="tw_en"), tw_flow=Signal(fb, name="tw_flow"), tw_data=Signal(_flow_entry(), name="tw_data"),
+            tw_en=Signal(name="tw_en"), tw_flow=Signal(fb, name="tw_flow"),
+            tw_data=Signal(_flow_entry(), name="tw_data"),
             # per buffer: in use, flow, held epoch, start time, items held
             bv=[Signal(name=f"b{b}_valid") for b in r], bflow=[Signal(fb, name=f"b{b}_flow") for b in r],
             bep=[Signal(name=f"b{b}_epoch") for b in r], bstart=[Signal(tb, name=f"b{b}_start") for b in r],
@@ -193,7 +195,7 @@ class Reorder(wiring.Component):
             # S2: the item and its classification, registered
             v2=Signal(name="s2_valid"), s2=Signal(lay, name="s2_item"),
             r_data=Signal(name="s2_is_data"), r_hit=Signal(name="s2_hit"), r_same=Signal(name="s2_same_epoch"),
-            r_full=Signal(name="s2_fills"), r_early=Signal(name="s2_early"), r_inord=Signal(name="s2_in_order"),
+            r_full=Signal(name="s2_fills"), r_early=Signal(name="s2_early"),
             r_free=Signal(name="s2_any_free"), r_ent_ep=Signal(name="s2_entry_epoch"),
             m2=[Signal(name=f"b{b}_s2_match") for b in r], f2=[Signal(name=f"b{b}_s2_free") for b in r],
             hcnt2=Signal(db + 1, name="s2_hit_count"),
@@ -223,7 +225,7 @@ class Reorder(wiring.Component):
                          s["match"][b].eq(s["bv"][b] & s["eq"][b]),
                          s["exp"][b].eq(s["exp_old"][b] | (s["alloc_prev"][b] & s["aged_new"]))]
         pend = Signal(_flow_entry(), name="s2_entry")
-        m.d.comb += [pend.known.eq(1), pend.epoch.eq(s["new_ep"])]
+        m.d.comb += pend.epoch.eq(s["new_ep"])
         m.d.comb += s["ent"].eq(Mux(s["v2"] & s["r_data"] & s["eq_new"], pend,
                                     Mux(s["twy"], s["tw_data"], Mux(s["fwd"], s["fwd_val"], ft_rd.data))))
 
@@ -255,8 +257,7 @@ class Reorder(wiring.Component):
         with m.If(s["mv"]):
             m.d.sync += [s["s2"].eq(it), s["v2"].eq(1), s["r_data"].eq(it.kind == PacketKind.DATA),
                          s["r_hit"].eq(Cat(*s["match"]).any()), s["r_same"].eq(Cat(*same).any()),
-                         s["r_full"].eq(Cat(*fills).any()), s["r_early"].eq(ent.known & (e != ent.epoch)),
-                         s["r_inord"].eq(~ent.known | (e == ent.epoch)), s["r_free"].eq(any_free),
+                         s["r_full"].eq(Cat(*fills).any()), s["r_early"].eq(e != ent.epoch), s["r_free"].eq(any_free),
                          s["r_ent_ep"].eq(ent.epoch),
                          s["hcnt2"].eq(_select(s["match"], s["bcnt"], self._db + 1))]
             m.d.sync += [s["m2"][b].eq(s["match"][b]) for b in range(nb)]
@@ -284,14 +285,14 @@ class Reorder(wiring.Component):
         m.d.comb += [s["release"].eq(s["tailrel"] | s["second"] | s["full"]),
                      s["direct"].eq(~(s["append"] | s["alloc"])),
                      # a tail with a buffer: the other epoch (old tail: the buffer's; second reroute: not the
-                     # buffer's); a full buffer: the buffer's; no buffer and unknown or in order: epoch xor tail
+                     # buffer's); a full buffer: the buffer's; no buffer and in order: epoch xor tail
                      s["new_ep"].eq(Mux(hit & t, ~e, Mux(s["r_full"], e,
-                                                         Mux(~hit & s["r_inord"], e ^ t, s["r_ent_ep"])))),
+                                                         Mux(~hit & ~s["r_early"], e ^ t, s["r_ent_ep"])))),
                      s["hz"].eq(s["v2"] & (s["alloc"] | s["release"] | (s["append"] & s["eq_new"])))]
 
     def _accept(self, m, s, ft_rd, ft_wr):
-        """After reset the sweep clears the flow table (one entry a clock, input not ready); then an item enters S1
-        when S1 is empty or moves to S2, and reads its flow's entry. The flow table is written by S2's decision (the
+        """After reset the sweep sets every flow to epoch 0 (one entry a clock, input not ready); then an item enters
+        S1 when S1 is empty or moves to S2, and reads its flow's entry. The flow table is written by S2's decision (the
         item's flow) or a timeout (the buffer's flow, which moves to the held epoch), registered first
         (write-behind); the entry of the item in S1 is forwarded from those writes."""
         busy, take = s["busy"], Signal(name="take")
@@ -306,7 +307,7 @@ class Reorder(wiring.Component):
         to_sel, it2 = s["to_sel"], s["s2"]
         wflow = Mux(s["to_pend"], _select(to_sel, s["bflow"], len(it2.flow)), it2.flow)
         wval = Signal(_flow_entry(), name="table_wdata")
-        m.d.comb += [wval.known.eq(1), wval.epoch.eq(Mux(s["to_pend"], _select(to_sel, s["bep"], 1), s["new_ep"]))]
+        m.d.comb += [wval.epoch.eq(Mux(s["to_pend"], _select(to_sel, s["bep"], 1), s["new_ep"]))]
         wen = s["to_pend"] | (s["decide"] & s["r_data"])
         pw_en, pw_flow, pw_val = s["tw_en"], s["tw_flow"], s["tw_data"]
         m.d.sync += [pw_en.eq(wen), pw_flow.eq(wflow), pw_val.eq(wval)]

@@ -111,8 +111,8 @@ def _reorder_extra(params, component):
         "Latency": f"{component.latency} cycles for a passing item, one item per clock when no buffer is touched "
                    f"(an item waits 1 clock behind one that opens or frees a buffer or appends to its flow's); a "
                    f"drain holds the input for 2 + (items held) clocks, at most {2 + d} a buffer",
-        "Memory": f"flow table {params['n_flows']} x 2 bit; buffers {nb} x {d} x 17 bit (tag, tail) = "
-                  f"{component.memory_bits} bits in all",
+        "Memory": f"flow table {params['n_flows']} x 1 bit (the in-order epoch); buffers {nb} x {d} x 17 bit "
+                  f"(tag, tail) = {component.memory_bits} bits in all",
         "Paper": "SELB gives no hardware figures (NS-3 evaluation only); ConWeave's experiment: 8 buffers a port",
     }
 

@@ -33,8 +33,8 @@ class Reorder:
         self.reset()
 
     def reset(self):
-        """Hardware reset: every flow unknown (the sweep), every buffer free and its held items gone, counters 0."""
-        self.flows = {}                     # flow -> its in-order epoch
+        """Hardware reset: every flow at epoch 0 (the sweep), every buffer free and its held items gone, counters 0."""
+        self.flows = {}                     # flow -> its in-order epoch (0 for a flow not in the dict)
         self.bufs = [None] * self.nb        # [flow, epoch, start, [(tag, tail), ...]]
         self.counts = [0] * N_STATS
         while self._slots:                  # items lost with the reset never fill their slots
@@ -101,10 +101,7 @@ class Reorder:
                 self.counts[4] += 1
                 return out + self._release(b)
             return out
-        if f not in self.flows:
-            self.flows[f] = e ^ t
-            return out + [me]
-        ep = self.flows[f]
+        ep = self.flows.get(f, 0)                   # an unknown flow is in order at epoch 0 (selb-reroute's start)
         if e == ep:
             self.flows[f] = e ^ t
             return out + [me]
