@@ -165,9 +165,6 @@ def test_only_sampled_packets_carry_stamps(period):
     want = [(t, f) for t, f, *_ in net.path_log] if period == 0 else stamps_wanted(net, period)
     assert net.stamped == want
     assert net.owd.stats()[0] == len(want)
-    if period:
-        # at most one stamp per path per period: 4 paths over the 8,000 ticks the hosts send
-        assert len(want) <= 4 * (8000 // period + 1) and len(want) < len(net.path_log) / 4
 
 
 def test_sampling_ages_the_delays():

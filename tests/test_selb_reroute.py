@@ -2,7 +2,8 @@
 datasheet's rules (docs/selb_reroute.md), hand-worked cases (the tail, the draw among ``alt``, the shortest path,
 one reroute in flight, the hold expiring across the timer's wrap, a stale path), back-to-back packets of one flow.
 
-Nothing here takes an expected value from lbpipe.sim.selb.reroute; its trace generator supplies stimuli only.
+Nothing here takes an expected value from lbpipe.sim.selb.reroute; its trace generator supplies stimuli only (and
+its model is driven, as the code under test, by the draw's uniformity test).
 """
 
 import random
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from lbpipe.engine import run_golden, run_rtl
-from lbpipe.sim.selb.reroute import reroute_trace
+from lbpipe.sim.selb.reroute import Reroute, reroute_trace
 
 BLOCK = "selb-reroute"
 
@@ -152,15 +153,23 @@ def test_hand_worked_uniform_draw(idle, backpressure):
         assert _view(run_golden(BLOCK, params, events)) == want
 
 
-def test_draw_is_uniform_over_the_lfsr_period():
-    """Over the LFSR's whole period (65,535 states), each of m set bits is drawn floor or ceil of 65,535 / m times
-    less at most one (the state 0 never occurs): counted here from the test's own LFSR, m = 3, 5, 7, 12, 64."""
-    ref = Ref(**dict(HAND, n_paths=64))
-    draws = [ref.draw() for _ in range(65535)]
-    assert len(set(draws)) == 65535
-    for m in (3, 5, 7, 12, 64):
-        counts = np.bincount([int(r * m) for r in draws], minlength=m)
-        assert counts.max() - counts.min() <= 1 and counts.sum() == 65535, (m, counts)
+@pytest.mark.parametrize("mates", [(5, 17, 40), (0, 9, 18, 27, 36, 45, 63)], ids=["m3", "m7"])
+def test_golden_draw_is_uniform_over_the_lfsr_period(mates):
+    """The golden model's draws over the LFSR's whole period: one flow, a congested packet (a reroute, hold 1)
+    then a packet that shows where it went, 65,535 times. Each draw takes every other LFSR state, and the period is
+    odd, so the measured draws see each of the 65,535 states once: each of the m mates is chosen floor or ceil of
+    65,535 / m times (21,845 each for m = 3; 9,362 or 9,363 for m = 7). Arithmetic, not the block's constants."""
+    model = Reroute(**dict(HAND, n_flows=16, n_paths=64, hold=1))
+    mask = sum(1 << p for p in mates)
+    cur, now, counts = 0, 0, {}
+    for _ in range(65535):
+        now = (now + 2) % 256
+        model.process(pkt(0, 0, now, cur, 1, mask, 0)["item"])
+        cur = model.process(pkt(1, 0, (now + 1) % 256, cur, 0, 0, 0)["item"])["path"]
+        counts[cur] = counts.get(cur, 0) + 1
+    assert sorted(counts) == sorted(mates)
+    low = 65535 // len(mates)
+    assert all(c in (low, low + 1) for c in counts.values()) and sum(counts.values()) == 65535, counts
 
 
 def test_one_flow_back_to_back_stream():

@@ -59,8 +59,8 @@ def _reroute():
     return Reroute(**REROUTE_SMALL)
 
 
-# docs/selb_reroute.md: a packet leaves 5 clocks after acceptance, all stages move together (at most 5 inside, an
-# output within 5 ready cycles); reset empties the pipeline, clears the counters and sweeps the flow table (n_flows
+# docs/selb_reroute.md: a packet leaves 7 clocks after acceptance, all stages move together (at most 7 inside, an
+# output within 7 ready cycles); reset empties the pipeline, clears the counters and sweeps the flow table (n_flows
 # = 2 clocks, input not ready); ctl is always ready and ignored, so the input follows o.ready from then on. The deep
 # contract stops at 18: BMC step 18 ended after 40 s, step 19 had not ended after 200 more.
 PROOFS += metadata_block_proofs(

@@ -19,8 +19,9 @@ Pipeline (all stages move on one ``adv``; latency 7)::
     first prefix  steps)        (one DSP)     sum?           bits, rank in
     step
 
-The draw needs seven register stages (count, two prefix-sum steps, the multiply, the group, the bit) and the
-table's read-modify-write four, so the draw starts two stages ahead of the table read (P1, P2).
+The draw needs six register stages (counts and the first prefix step, the other two steps, the multiply, the
+comparisons, the group, the bit) and the table's read-modify-write four, so the draw starts two stages ahead of the
+table read (P1, P2).
 The flow table is written at S4 and read at S0; the four items behind a decision get its result forwarded as they
 move (S1 -> S2 from the decision of the clock before as well), so back-to-back packets of one flow see each other.
 """

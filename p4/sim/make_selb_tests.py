@@ -116,6 +116,7 @@ def cases():
         ("pkt", 5, None, D, 1),            # across the tick's wrap, age 11: held
         ("pkt", 9, None, D, 1),            # age 15: held
         ("pkt", 10, None, D, 1),           # age 16 across the wrap: moves to 0 (tail)
+        ("cp", {"table": 2, "index": b_cl, "data": 0}),     # {4..7}'s alt emptied (its backup wholly congested)
         # Forged writes, each out of range: a path at n_paths, congested 2, a cluster at 64, an alt bit at
         # n_paths, alt of cluster 64, shortest 8, shortest at index 1, an unknown table: none may change anything.
         ("cp", {"table": 1, "index": 8, "data": 1}),
@@ -126,7 +127,6 @@ def cases():
         ("cp", {"table": 3, "index": 0, "data": 8}),
         ("cp", {"table": 3, "index": 1, "data": 6}),
         ("cp", {"table": 7, "index": 0, "data": 0}),
-        ("cp", {"table": 2, "index": b_cl, "data": 0}),     # {4..7}'s alt emptied (its backup wholly congested)
         ("pkt", 20, 6, E, 1),              # new on congested 6, alt empty: to the shortest path 1 (tail)
         ("pkt", 40, None, D, 1),           # on 0, not congested: stays
         ("pkt", 41, None, A, 1),           # on 3 (congested), alt {0}: moves to 0 (tail)
@@ -227,17 +227,21 @@ def write_test_dir(where, params, first, events, frames, out, note):
 MIXED_PARAMS = dict(n_paths=16, n_flows=64, hold=8, lfsr_seed=0x1234)
 
 
-def mixed():
-    """``lbpipe trace selb-reroute`` (reroute_trace, seed 11, 300 packets) as frames, the way ``lbpipe replay
+#: 64 paths: the draw's count and rank over all 64 bits of alt (bits 32-63 included).
+WIDE_PARAMS = dict(n_paths=64, n_flows=1024, hold=8, lfsr_seed=0xB5AD)
+
+
+def mixed(name="selb-mixed", params=MIXED_PARAMS, seed=11):
+    """``lbpipe trace selb-reroute`` (reroute_trace, 300 packets) as frames, the way ``lbpipe replay
     selb-reroute --engine bmv2`` makes them (lbpipe/p4.py selb_reroute_frames)."""
-    events = reroute_trace(11, 300, **MIXED_PARAMS)
-    commands, frames, n_items = selb_reroute_frames(events, MIXED_PARAMS)
-    first = [{"table": 0, "index": q, "data": q} for q in range(MIXED_PARAMS["n_paths"])]
-    assert commands == selb_tor_commands(MIXED_PARAMS, first)
-    model, regs = Reroute(**MIXED_PARAMS), Registers(MIXED_PARAMS["n_paths"])
+    events = reroute_trace(seed, 300, **params)
+    commands, frames, n_items = selb_reroute_frames(events, params)
+    first = [{"table": 0, "index": q, "data": q} for q in range(params["n_paths"])]
+    assert commands == selb_tor_commands(params, first)
+    model, regs = Reroute(**params), Registers(params["n_paths"])
     for cmd in first:
         regs.write(cmd)
-    (HERE / "test-selb-mixed").mkdir(exist_ok=True)
+    (HERE / f"test-{name}").mkdir(exist_ok=True)
     out, k = [], 0
     for event in events:
         if "ctl" in event:
@@ -256,9 +260,10 @@ def mixed():
         stale, new = int(ent is not None and ent[0] != item["path"]), int(ent is None)
         out.append(expected_frame(frames[k], model.process(item), fields, stale, new))
         k += 1
-    write_test_dir(HERE / "test-selb-mixed", MIXED_PARAMS, first, events, frames, out,
-                   "lbpipe trace selb-reroute --param n_paths=16 --param n_flows=64 --param hold=8 "
-                   "--param lfsr_seed=4660 --seed 11 -n 300, as frames")
+    write_test_dir(HERE / f"test-{name}", params, first, events, frames, out,
+                   f"lbpipe trace selb-reroute --param n_paths={params['n_paths']} --param n_flows={params['n_flows']} "
+                   f"--param hold={params['hold']} --param lfsr_seed={params['lfsr_seed']} --seed {seed} -n 300, "
+                   f"as frames")
     return model.stats()
 
 
@@ -270,6 +275,8 @@ def main():
                             "register writes, non-flows (make_selb_tests.py cases)")
     sys.stdout.write(f"  selb-cases: packets, tails, tails to the shortest path, stale = {stats}\n")
     sys.stdout.write(f"  selb-mixed: packets, tails, tails to the shortest path, stale = {mixed()}\n")
+    wide = mixed("selb-wide", WIDE_PARAMS, 12)
+    sys.stdout.write(f"  selb-wide: packets, tails, tails to the shortest path, stale = {wide}\n")
 
 
 if __name__ == "__main__":
