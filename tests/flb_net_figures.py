@@ -13,6 +13,8 @@ The loop is sim/flb/net.py's (golden models only) at its default profile, as tes
 import pathlib
 import sys
 
+import figures      # tests/figures.py, beside this script
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
 U, C = tuple(range(2, 8)), (0, 1)
@@ -20,10 +22,11 @@ MODES = (("flb", "FLB (isolation)"), ("flb_noiso", "FLB, no isolation"), ("spray
 
 
 def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return figures.pyplot()
+
+
+def _save(fig, name):
+    figures.save(fig, name, IMG)
 
 
 def _runs(seed=1):
@@ -63,10 +66,7 @@ def reorder():
     axes[0].set_ylabel("out-of-order deliveries (receiver count)")
     axes[0].legend(title="cause (network ground truth)", fontsize=7)
     fig.suptitle("Same traffic, seed 1: 8,000 ticks, 8 flows over 4 paths", fontsize=9)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "flb_net_reorder.png", dpi=110)
-    print(IMG / "flb_net_reorder.png")
+    _save(fig, "flb_net_reorder.png")
 
 
 def _binned(net, flows, width, what):
@@ -112,10 +112,7 @@ def hol():
         ax.axvspan(2000, 6000, color="orange", alpha=0.08)
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle("Incast on port 0 (shaded); seed 1", fontsize=9)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "flb_net_hol.png", dpi=110)
-    print(IMG / "flb_net_hol.png")
+    _save(fig, "flb_net_hol.png")
 
 
 def table():
@@ -173,10 +170,7 @@ def rc():
         row[1].legend(fontsize=7, loc="upper right")
     fig.suptitle("Incast on port 0 (shaded), seed 1: minimal rate control (section 3.3) on the five congested "
                  "senders", fontsize=9)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "flb_net_rc.png", dpi=110)
-    print(IMG / "flb_net_rc.png")
+    _save(fig, "flb_net_rc.png")
 
 
 def rc_table():

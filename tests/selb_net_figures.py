@@ -12,16 +12,19 @@ import pathlib
 import statistics
 import sys
 
+import figures      # tests/figures.py, beside this script
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
 MODES = (("selb", "SELB (in-cluster)", "tab:blue"), ("random", "random (ConWeave-like)", "tab:orange"))
 
 
 def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return figures.pyplot()
+
+
+def _save(fig, name):
+    figures.save(fig, name, IMG)
 
 
 def _run(mode, **kw):
@@ -81,10 +84,7 @@ def occupancy():
     ax.legend(fontsize=7)
     ax.set_title("seeds 1-8", fontsize=9)
     fig.suptitle("Same traffic: 8 leaves x 8 spines, 16 hosts a leaf (2:1), load 0.3, 8 buffers a leaf", fontsize=9)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "selb_net_occupancy.png", dpi=110)
-    print(IMG / "selb_net_occupancy.png")
+    _save(fig, "selb_net_occupancy.png")
 
 
 def fallback():
@@ -113,10 +113,7 @@ def fallback():
         ax.set_xlabel("reorder buffers per destination leaf")
         ax.legend(fontsize=7, loc=where)
     fig.suptitle("Same traffic, seed 1 (the paper's 8 buffers a port, here shared by a leaf's 16 ports)", fontsize=9)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "selb_net_fallback.png", dpi=110)
-    print(IMG / "selb_net_fallback.png")
+    _save(fig, "selb_net_fallback.png")
 
 
 def order():
@@ -170,10 +167,7 @@ def order():
     ax.set_ylim(0, 1e5)                 # room for the legend above the bars
     ax.legend(fontsize=7)
     ax.set_title("seed 1, 8 buffers a leaf", fontsize=8)
-    fig.tight_layout()
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / "selb_net_order.png", dpi=110)
-    print(IMG / "selb_net_order.png")
+    _save(fig, "selb_net_order.png")
 
 
 def _summary(net):

@@ -99,9 +99,8 @@ class FlbNetConfig:
         self.cross = tuple(cross) + (0.0,) * (n_paths - len(cross))
 
     def replace(self, **kw):
-        d = dict(self.__dict__)
-        d.update(kw)
-        return FlbNetConfig(**d)
+        """A copy with the fields in ``kw`` changed."""
+        return type(self)(**{**self.__dict__, **kw})
 
 
 class FlbNet:

@@ -86,9 +86,8 @@ class SelbNetConfig:
         self.n_buffers, self.depth, self.timeout, self.n_flows, self.seed = n_buffers, depth, timeout, n_flows, seed
 
     def replace(self, **kw):
-        d = dict(self.__dict__)
-        d.update(kw)
-        return SelbNetConfig(**d)
+        """A copy with the fields in ``kw`` changed."""
+        return type(self)(**{**self.__dict__, **kw})
 
 
 def _seed16(rng):
