@@ -42,6 +42,7 @@ DATASHEET_LATENCY = {
     "selb-cluster": 3,      # docs/selb_cluster.md: "3 cycles"
     "selb-reroute": 7,      # docs/selb_reroute.md: "7 cycles"
     "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
+    "selb-tx-wire": 51,     # docs/selb_tx_wire.md: "51 cycles (cut-through ...)" first beat in to first beat out
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -66,6 +67,7 @@ DATASHEET_LEVELS = {
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
     "selb-reroute": 5,      # docs/selb_reroute.md: 5 core, 6 top
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
+    "selb-tx-wire": 6,      # docs/selb_tx_wire.md: 6, core and top
 }
 
 

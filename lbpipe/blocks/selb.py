@@ -147,3 +147,50 @@ BLOCKS.append(Block(
     paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
     report_extra=_reorder_extra,
 ))
+
+# -- the source ToR in the wire (selb-tx-wire) ------------------------------------------------------------------------
+
+
+def _tx_wire_extra(params, component):
+    bits = component.memory_bits
+    return {
+        "Latency": f"{component.latency} cycles from a frame's first beat in to its first beat out (cut-through), "
+                   f"one beat per clock at every frame size (lbpipe bench selb-tx-wire)",
+        "Path mirror": f"{bits} bits = {bits / 8 / 1024:.1f} KiB ({params['n_flows']} x (valid, path)), beside "
+                       f"selb-reroute's flow table",
+        "Paper": "SELB gives no hardware figures (NS-3 evaluation only)",
+    }
+
+
+BLOCKS.append(Block(
+    name="selb-tx-wire",
+    summary="SELB source ToR in the wire: parser -> path mirror -> selb-cluster -> selb-reroute -> deparser (path "
+            "into the UDP source port's low bits, ICRC updated) -> tail and epoch into the BTH's reserved byte; "
+            "queue samples on smp or through ctl, 512-bit AXI4-Stream",
+    paper_ref="SELB, section III (Path Classification, Rerouting Strategy), on RoCEv2 frames",
+    params=[
+        Param("n_flows", 1024, "selb-reroute's flow table and the path mirror (flow = the parser's flow hash, low "
+                               "bits), a power of two, 2 to 4096"),
+        Param("n_paths", 64, "uplink paths, a power of two from 2 to 64"),
+        Param("k", 4, "clusters, 1 to 4"),
+        Param("q_bits", 16, "width of a queue length, 4 to 24"),
+        Param("iter_cap", 16, "most assignment sweeps per clustering, 1 to 255"),
+        Param("draws", 4, "draws per initial centroid, 1 to 16"),
+        Param("theta", 64, "reset value of the congestion threshold (queue growth over one sample period)"),
+        Param("time_bits", 16, "width of now, 4 to 32"),
+        Param("hold", 32, "ticks of now between a flow's reroutes (one reroute in flight)"),
+        Param("tick_cycles", 64, "clocks per tick of now after reset (64: 256 ns at 250 MHz), 0 stops it"),
+        Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+        Param("cluster_seed", 0xACE1, "selb-cluster's LFSR seed"),
+        Param("reroute_seed", 0xB5AD, "selb-reroute's LFSR seed"),
+    ],
+    build=load("lbpipe.hdl.selb.wire:SelbTxWire"),
+    golden=load("lbpipe.sim.selb.wire:SelbTxWireModel"),
+    golden_ref="lbpipe.sim.selb.wire:SelbTxWireModel",
+    tb_module="lbpipe.tb.selb.test_wire",
+    doc="docs/selb_tx_wire.md",
+    interface="packet",
+    pcap_trace="lbpipe.tb.selb.test_wire:pcap_trace",
+    paper={"hardware figures": "none: SELB was evaluated in NS-3 only (section IV)"},
+    report_extra=_tx_wire_extra,
+))
