@@ -218,6 +218,23 @@ def _flb_isolate_events(params, n=2000):
     return events
 
 
+def _flb_prevhop_items(params, n=2000):
+    """One item every clock: data packets of 64 flows from 4 previous hops (every flow moving to the next hop every
+    500 items) and a CNM for one of the flows every third item, the timer advancing a tick every 8 items; the
+    switch's MAC written first."""
+    import random
+    rng = random.Random(1)
+    nf, mod = params["n_flows"], 1 << params["time_bits"]
+    hops = [0x020000000100 + h for h in range(4)]
+    flows = [(f * 977) % nf for f in range(min(64, nf))]
+    events = [{"ctl": {"table": 0, "index": 0, "data": 0x021122334455}}]
+    for t in range(n):
+        f = flows[rng.randrange(len(flows))]
+        item = {"cnm": 1} if t % 3 == 2 else {"cnm": 0, "mac": hops[(f + t // 500) % 4]}
+        events.append({"item": {"kind": 1, "flow": f, "now": (t // 8) % mod, "tag": t & 0xFFFF, **item}})
+    return events
+
+
 def _selb_reroute_packets(params, n=3000):
     """One packet every clock from the block's seeded trace (a few flows, often back to back, cluster fields as
     selb-cluster would give them), its ignored commands dropped so nothing drains the pipeline."""
@@ -295,6 +312,8 @@ BENCHES = {
     "flb-cnm": [("one queue event every clock, every port crossing K together", lambda p: (p, _flb_cnm_events(p)))],
     "flb-isolate": [("one packet every clock, 64 flows to 4 destinations, 8 isolated, a CNM every 250",
                      lambda p: (p, _flb_isolate_events(p)))],
+    "flb-prevhop": [("one item every clock, 64 flows from 4 previous hops, a CNM every third item",
+                     lambda p: (p, _flb_prevhop_items(p)))],
     "selb-cluster": [("one lookup + one queue sample every clock, a tick every 1,500 clocks",
                       lambda p: (p, _selb_cluster_sustained(p)))],
     "selb-reroute": [("one packet every clock, a few flows back to back, 40% congested",

@@ -39,6 +39,7 @@ DATASHEET_LATENCY = {
     "flb-owd": 4,           # docs/flb_owd.md: "4 cycles"
     "flb-cnm": 6,           # docs/flb_cnm.md: "6 cycles"
     "flb-isolate": 6,       # docs/flb_isolate.md: "6 cycles"
+    "flb-prevhop": 5,       # docs/flb_prevhop.md: "5 cycles"
     "selb-cluster": 3,      # docs/selb_cluster.md: "3 cycles"
     "selb-reroute": 7,      # docs/selb_reroute.md: "7 cycles"
     "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
@@ -64,6 +65,7 @@ DATASHEET_LEVELS = {
     "flb-owd": 4,           # docs/flb_owd.md: 4, core and top
     "flb-cnm": 6,           # docs/flb_cnm.md: 6, core and top
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
+    "flb-prevhop": 5,       # docs/flb_prevhop.md: 5, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
     "selb-reroute": 5,      # docs/selb_reroute.md: 5 core, 6 top
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top

@@ -2,11 +2,13 @@
 decision, the one-way-delay block and the congestion notification block; the decision's path range, the piggyback's
 range, once-only and newest measurement (:mod:`.owd`), the CNMs' threshold and count (:mod:`.cnm`); the isolation
 table's contract (with its CNM stream), valid independence and reset, its paths, mask and input readiness, and that
-a forged CNM changes nothing (:mod:`.isolate`)."""
+a forged CNM changes nothing (:mod:`.isolate`); the previous-hop table's contract, valid independence and reset (the
+generic rows only)."""
 
 from lbpipe.hdl.flb.cnm import Cnm
 from lbpipe.hdl.flb.isolate import Isolate
 from lbpipe.hdl.flb.owd import Owd
+from lbpipe.hdl.flb.prevhop import PrevHop
 from lbpipe.hdl.flb.route import Route
 
 from lbpipe.formal.lib.harness import Proof
@@ -19,7 +21,7 @@ from .isolate import IsolateForgedMiter, IsolateInvariants
 from .owd import OwdPiggyback, WithoutControl
 from .route import RoutePathRange
 
-__all__ = ["PROOFS", "ROUTE_SMALL", "OWD_SMALL", "CNM_SMALL", "ISOLATE_SMALL"]
+__all__ = ["PROOFS", "ROUTE_SMALL", "OWD_SMALL", "CNM_SMALL", "ISOLATE_SMALL", "PREVHOP_SMALL"]
 
 #: The small instance: 2 flows (one bank of 2: a 2-clock sweep), 1 destination, 3 paths (not a power of two: the
 #: 2-bit path field can name a path that does not exist), 4-bit ticks and delays, a 5-tick timeout.
@@ -136,3 +138,24 @@ PROOFS += [
     Proof("flb-isolate", _ISO_PATHS, lambda: IsolateInvariants(_isolate, n_paths=3, **_ISO_NAMES), depth=12),
     Proof("flb-isolate", _ISO_FORGED, lambda: IsolateForgedMiter(_isolate, **_ISO_NAMES), depth=10),
 ]
+
+
+# -- previous hop per flow ------------------------------------------------------------------------------------------
+
+#: The small previous-hop table: 3 flows (the 2-bit flow field can name a 4th, forged; one bank of 3: a 3-clock
+#: sweep), 4-bit ticks, a 5-tick timeout.
+PREVHOP_SMALL = dict(n_flows=3, time_bits=4, timeout=5)
+_PH_LABEL = "n_flows=3, time_bits=4"
+
+
+def _prevhop():
+    return PrevHop(**PREVHOP_SMALL)
+
+
+# docs/flb_prevhop.md: reset empties the pipeline, clears the counters and sweeps the table (3 clocks here, i and ctl
+# not ready); a command waits for the pipeline to drain with i held (a waiting command), so the input follows
+# o.ready from then on whenever no command waits. The first output after a reset leaves at the earliest 9 clocks
+# after it (sweep 3, accept, 5 stages): the reset covers, VACUOUS at depth 9 (latency + 4), need 11.
+PROOFS += metadata_block_proofs(
+    "flb-prevhop", _PH_LABEL, _prevhop, PrevHop.latency, contract_depth=12, valid_depth=10, stats_cleared=True,
+    ready_within=3, reset_prop="reset empties the pipeline, clears stats, sweep ends", reset_cover=6)

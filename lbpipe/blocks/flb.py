@@ -2,7 +2,8 @@
 decision (rerouting without reordering, Algorithm 1, with the isolated paths of section 3.2); and the destination
 edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md) and congestion detection (CNM,
 sections 3.2, 3.3; docs/flb_cnm.md); and the source edge switch's congested-flow isolation table (sections 3.2, 3.3;
-docs/flb_isolate.md)."""
+docs/flb_isolate.md); and every switch's per-flow previous-hop MAC that sends CNMs back hop by hop in routed networks
+(section 3.2, "CNM construction"; docs/flb_prevhop.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -212,4 +213,52 @@ BLOCKS.append(Block(
     doc="docs/flb_isolate.md",
     paper={"Table 1 (Tofino, FLB as a whole)": "SRAM 4.12% (the isolation table is not broken out)"},
     report_extra=_isolate_extra,
+))
+
+# -- previous-hop MAC per flow, for CNMs in routed networks (flb-prevhop) ---------------------------------------------
+
+
+def _prevhop_extra(params, component):
+    per_flow = 1 + params["time_bits"] + 48
+    banks = component.banks
+    return {
+        "Memory": f"{component.memory_bits} bits = {component.memory_bits / 8 / 1024:.0f} KiB: {params['n_flows']:,} "
+                  f"entries x {per_flow} bit (valid, {params['time_bits']}-bit stamp, 48-bit MAC) in {banks} "
+                  f"bank{'s' if banks > 1 else ''} of up to 4,096 (one URAM288 each with --uram, else 8 RAMB36 of "
+                  f"4K x 9 each)",
+        "Latency": f"{component.latency} cycles, one data packet or CNM per clock (back-to-back items of one flow "
+                   f"included)",
+        "Paper (section 3.4)": "flow entry 16-bit flow ID, 8-bit path, 8-bit aging, 48-bit MAC; 0.1 MB of SRAM for "
+                               "the whole flow table",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-prevhop",
+    summary="FLB at every switch: per flow the previous hop's source MAC and the tick of its last data packet; a "
+            "CNM for a live flow gets that MAC as its destination (and the switch's MAC as its source), so CNMs go "
+            "back hop by hop in routed networks",
+    paper_ref="FLB, sections 3.2 (CNM construction), 3.3, 3.4",
+    params=[
+        Param("n_flows", 65536, "flow table entries, 2 to 2**20 (65,536: every CRC16 flow ID, flb-route's key)"),
+        Param("time_bits", 16, "width of the timer's ticks (now, stamps), 4 to 32 (flb-route's)"),
+        Param("timeout", 4096, "ticks after a flow's last data packet at which a CNM no longer finds it (paper: "
+                               "1 ms; 4,096 x 256 ns)"),
+    ],
+    build=load("lbpipe.hdl.flb.prevhop:PrevHop"),
+    golden=load("lbpipe.sim.flb.prevhop:PrevHop"),
+    test_params=[
+        dict(n_flows=12, time_bits=6, timeout=20),
+        dict(n_flows=64, time_bits=8, timeout=100),
+        dict(n_flows=5000, time_bits=4, timeout=15),
+    ],
+    regression_items=3000,
+    random_params=lambda rng: (lambda tb: dict(
+        n_flows=rng.choice([rng.randrange(2, 300), rng.randrange(4097, 9000)]), time_bits=tb,
+        timeout=rng.randrange(1, 1 << tb)))(rng.randrange(4, 17)),
+    tb_module="lbpipe.tb.flb.test_prevhop",
+    trace="lbpipe.sim.flb.prevhop:prevhop_trace",
+    doc="docs/flb_prevhop.md",
+    paper={"flow entry (section 3.4)": "16 + 8 + 8 + 48 bits; 0.1 MB SRAM for the flow table (Tofino)"},
+    report_extra=_prevhop_extra,
 ))
