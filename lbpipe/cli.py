@@ -577,7 +577,8 @@ def cmd_p4(args):
                          frames=test["trace"])
     if differs:
         raise RuntimeError(f"{args.name}: {differs}")
-    order = " (in order within each QP)" if block == "themis-d-wire" and out != test["expected"] else ""
+    order = (" (in order within each QP)" if block == "themis-d-wire" and out != test["expected"] else
+             " (in order within each flow)" if block == "selb-reorder" and out != test["expected"] else "")
     print(f"{args.name}: {len(out)} frames, byte for byte the golden model's{order}")
     return 0
 

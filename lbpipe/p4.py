@@ -25,7 +25,8 @@ __all__ = ["ToolchainMissing", "find_toolchain", "themis_s_commands", "themis_d_
            "selb_reroute_frames", "flb_owd_params", "flb_owd_commands", "flb_owd_tick", "flb_owd_result",
            "flb_owd_frames", "flb_isolate_params", "flb_isolate_commands", "flb_isolate_tick",
            "flb_isolate_result", "flb_isolate_frames", "flb_cnm_params", "flb_cnm_commands", "flb_cnm_tick",
-           "flb_cnm_result", "flb_cnm_frames"]
+           "flb_cnm_result", "flb_cnm_frames", "selb_reorder_params", "selb_reorder_commands", "selb_reorder_tick",
+           "selb_reorder_result", "selb_reorder_frames", "selb_reorder_classes"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 P4_DIR = ROOT / "p4"
@@ -33,7 +34,7 @@ P4_DIR = ROOT / "p4"
 #: The P4 programs and the lbpipe block whose golden model they follow.
 PROGRAMS = {"themis_tor": "themis-s-wire", "themis_d": "themis-d-wire", "flb_edge": "flb-route",
             "selb_tor": "selb-reroute", "flb_owd": "flb-owd", "flb_isolate": "flb-isolate",
-            "flb_cnm": "flb-cnm"}
+            "flb_cnm": "flb-cnm", "selb_reorder": "selb-reorder"}
 
 #: The largest tables p4/themis_d.p4 is built with (its MAX_QPS and MAX_DEPTH).
 THEMIS_D_MAX_QPS = 2048
@@ -515,9 +516,14 @@ def compare(block, params, ctl, expected, out, events=None, frames=None):
     """None when ``out`` (bmv2's frames) is what the golden model sent (``expected``) as the program models it, else
     one line saying how it differs. themis-s-wire: byte for byte, in order. themis-d-wire: the same frames, and
     byte for byte in order within each QP and among the frames of no QP; frames of different QPs may leave in
-    another interleaving, since a recirculated NACK and the frames pushed behind it leave later (p4/README.md)."""
+    another interleaving, since a recirculated NACK and the frames pushed behind it leave later (p4/README.md).
+    selb-reorder: the same frames, each flow's DATA packets in the golden model's order, the other frames in theirs
+    (:func:`selb_reorder_classes`)."""
     if len(out) != len(expected):
         return f"bmv2 sent {len(out)} frames, the golden model {len(expected)}"
+    if block == "selb-reorder":
+        # each flow's DATA packets in the golden model's release order; flows interleave as bmv2 serves them
+        return compare_classes(expected, selb_reorder_classes(expected, selb_reorder_params(params)["n_flows"]), out)
     if block != "themis-d-wire":
         wrong = [i for i, (a, b) in enumerate(zip(out, expected)) if a != b]
         return f"{len(wrong)} frames differ, first #{wrong[0]}" if wrong else None
@@ -543,7 +549,7 @@ def replay(block, params, frames, ctl, tools=None):
     programs = {b: name for name, b in PROGRAMS.items()}
     if block not in programs:
         raise ValueError(f"no P4 program for {block}; blocks with one: {', '.join(sorted(programs))}")
-    if block in ("flb-route", "selb-reroute", "flb-owd", "flb-isolate", "flb-cnm"):
+    if block in ("flb-route", "selb-reroute", "flb-owd", "flb-isolate", "flb-cnm", "selb-reorder"):
         raise ValueError(f"{block} is a metadata block: its bmv2 engine replays a metadata trace (replay_items)")
     expect = len(frames)
     if block == "themis-d-wire":
@@ -724,10 +730,12 @@ def replay_items(block, params, events, tools=None):
         return _isolate_replay_items(params, events, tools)
     if block == "flb-cnm":
         return _cnm_replay_items(params, events, tools)
+    if block == "selb-reorder":
+        return _reorder_replay_items(params, events, tools)
     if block != "flb-route":
         raise ValueError(f"--engine bmv2 runs metadata traces of flb-route (flb_edge.p4), selb-reroute "
-                         f"(selb_tor.p4), flb-owd (flb_owd.p4), flb-isolate (flb_isolate.p4) and flb-cnm "
-                         f"(flb_cnm.p4) only, not {block}")
+                         f"(selb_tor.p4), flb-owd (flb_owd.p4), flb-isolate (flb_isolate.p4), flb-cnm "
+                         f"(flb_cnm.p4) and selb-reorder (selb_reorder.p4) only, not {block}")
     commands, frames, n_items = flb_route_frames(events, params)
     tools = tools or find_toolchain()
     with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
@@ -1156,3 +1164,124 @@ def _cnm_replay_items(params, events, tools):
         json_path = compile_program(P4_DIR / "flb_cnm.p4", tmp, tools)
         out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
     return [flb_cnm_result(frame) for frame in out]
+
+
+# -- SELB reordering (p4/selb_reorder.p4, block selb-reorder) ----------------------------------------------------------
+
+#: selb_reorder.p4 reads selb_tor.p4's harness header (SELB_TICK_TYPE, SELB_TICK_LEN): the tail and epoch in its
+#: flags (bits 1 and 2, as selb_tor.p4 writes them), and writes the flow and ``held`` (flags bit 6) back.
+SELB_REORDER_HELD = 6
+#: The hold port (its HOLD_PORT) and the pace set on its egress queue, in packets per second: a held packet comes
+#: back to read its buffer's release record once per lap of that queue.
+SELB_REORDER_HOLD_PORT = 2
+SELB_REORDER_RATE = 2000
+
+
+def selb_reorder_params(params):
+    """The ``selb-reorder`` parameters with their defaults, checked by the block's own rules (selb_reorder.p4 models
+    every value the block takes); raises ValueError with one line for the others."""
+    full = {"n_flows": 1024, "n_buffers": 8, "depth": 32, "time_bits": 16, "timeout": 1024}
+    unknown = set(params) - set(full)
+    if unknown:
+        raise ValueError(f"selb-reorder has no parameter {sorted(unknown)[0]!r}")
+    full.update(params)
+    from .hdl.selb.reorder import check_parameters
+    try:
+        check_parameters(**full)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return full
+
+
+def selb_reorder_commands(params, rate=SELB_REORDER_RATE):
+    """``simple_switch_CLI`` lines for p4/selb_reorder.p4: the configuration (n_flows - 1 as the flow mask,
+    n_buffers, depth, the tick mask, timeout), then the hold port's pace (``rate`` packets per second)."""
+    p = selb_reorder_params(params)
+    return [f"table_set_default reorder_config set_config {p['n_flows'] - 1} {p['n_buffers']} {p['depth']} "
+            f"{(1 << p['time_bits']) - 1} {p['timeout']}",
+            f"set_queue_rate {rate} {SELB_REORDER_HOLD_PORT}"]
+
+
+def selb_reorder_tick(op=0, *, kind=0, tag=0, now=0, epoch=0, tail=0, table=0, index=0, data=0,
+                      ether_type=0x0800):
+    """selb_tor.p4's harness header as selb_tor.p4 leaves it for selb_reorder.p4: ``ok``, ``tail`` and ``epoch``
+    in its flags (the other output fields zero)."""
+    import struct
+    flags = 1 | tail << 1 | epoch << 2
+    return struct.pack("!BBHIBB", op, kind, tag, now, 0, table) + index.to_bytes(3, "big") + \
+        struct.pack("!QHBBBBQH", data, 0, 0, flags, 0, 0, 0, ether_type)
+
+
+def selb_reorder_result(frame):
+    """What a frame out of selb_reorder.p4 carries in its harness header: ``{kind, tag, flow, epoch, tail, held,
+    now}``, or None for a frame without it."""
+    import struct
+    if len(frame) < 14 + SELB_TICK_LEN or struct.unpack_from("!H", frame, 12)[0] != SELB_TICK_TYPE:
+        return None
+    _, kind, tag, now = struct.unpack_from("!BBHI", frame, 14)
+    flow, _, flags = struct.unpack_from("!HBB", frame, 14 + 21)
+    return {"kind": kind, "tag": tag, "flow": flow, "epoch": flags >> 2 & 1, "tail": flags >> 1 & 1,
+            "held": flags >> SELB_REORDER_HELD & 1, "now": now}
+
+
+def selb_reorder_frames(events, params):
+    """A ``selb-reorder`` metadata trace (``lbpipe trace selb-reorder``) as p4/selb_reorder.p4's input: ``(commands,
+    frames, n_items)``. Each item becomes an IPv4/UDP frame from 10.255.0.1 port 4096 to 10.0.0.1 whose destination
+    port makes the CRC16 of its 5-tuple the item's flow, with its kind, tag, tick, epoch and tail in the harness
+    header; each ``ctl`` command an op-1 frame (the block has no tables: dropped)."""
+    import ipaddress
+    import struct
+    p = selb_reorder_params(params)
+    src, dst = ipaddress.IPv4Address("10.255.0.1").packed, ipaddress.IPv4Address("10.0.0.1").packed
+    eth = bytes.fromhex("020000000002" "020000000001") + struct.pack("!H", SELB_TICK_TYPE)
+    frames, n_items = [], 0
+    for event in events:
+        if "ctl" in event:
+            table, index, data = _flb_ctl(event["ctl"])
+            frames.append(eth + selb_reorder_tick(1, table=table, index=index, data=data) + bytes(32))
+            continue
+        g = event["item"].get
+        fields = dict(kind=g("kind", 0), tag=g("tag", 0), now=g("now", 0), epoch=g("epoch", 0), tail=g("tail", 0))
+        flow = g("flow", 0)
+        if not (0 <= flow < p["n_flows"] and 0 <= fields["now"] < 1 << p["time_bits"] and 0 <= fields["kind"] < 8
+                and 0 <= fields["tag"] < 1 << 16 and fields["epoch"] in (0, 1) and fields["tail"] in (0, 1)):
+            raise ValueError(f"selb_reorder.p4 takes flows below n_flows, time_bits-bit ticks, 3-bit kinds, 16-bit "
+                             f"tags, 1-bit epoch and tail, not {event['item']!r}")
+        frames.append(eth + selb_reorder_tick(0, **fields) + _ipv4_udp(src, dst, 4096, flow))
+        n_items += 1
+    return selb_reorder_commands(p), frames, n_items
+
+
+def selb_reorder_classes(frames, n_flows=1024):
+    """For each frame, the order selb_reorder.p4 keeps: the flow of a DATA packet of an IPv4 flow (a harness frame:
+    its header's flow, as the program writes it; a RoCEv2 request without the header, as from a source marking the
+    BTH: the low log2 ``n_flows`` bits of the CRC16 of its 5-tuple), or None (every other frame: those pass at once,
+    so keep their order among themselves). Frames of different classes may interleave otherwise (p4/README.md)."""
+    import struct
+    out = []
+    for frame in frames:
+        r = selb_reorder_result(frame)
+        if r is not None:
+            ipv4 = frame[14 + SELB_TICK_LEN - 2:14 + SELB_TICK_LEN] == b"\x08\x00"
+            out.append(r["flow"] if ipv4 and r["kind"] == 1 else None)
+            continue
+        flow = None
+        if len(frame) >= 14 + 20 and frame[12:14] == b"\x08\x00" and frame[14] >> 4 == 4 and frame[23] == 17 and \
+                struct.unpack_from("!H", frame, 20)[0] & 0x3FFF == 0:
+            l4 = 14 + (frame[14] & 15) * 4
+            if len(frame) >= l4 + 8 + 12 and struct.unpack_from("!H", frame, l4 + 2)[0] == 4791:
+                opcode, tver = frame[l4 + 8], frame[l4 + 9] & 15
+                if tver == 0 and (opcode <= 0x0C or opcode in (0x16, 0x17)):
+                    key = frame[26:34] + bytes([17]) + frame[l4:l4 + 4]
+                    flow = crc16(key) & (n_flows - 1)
+        out.append(flow)
+    return out
+
+
+def _reorder_replay_items(params, events, tools):
+    commands, frames, n_items = selb_reorder_frames(events, params)
+    tools = tools or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="lbpipe-p4c-") as tmp:
+        json_path = compile_program(P4_DIR / "selb_reorder.p4", tmp, tools)
+        out = run_switch(json_path, frames, commands, tools=tools, expect=n_items)
+    return [{k: v for k, v in selb_reorder_result(frame).items() if k != "now"} for frame in out]

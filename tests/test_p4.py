@@ -19,6 +19,11 @@ written again here.
 FLB (flb_edge.p4, tests ``flb-*``): every packet's decision, and the flow (CRC16 of its 5-tuple), as the golden model
 sim/flb/route.py makes it when fed what this file re-derives from the input frames alone (its own CRC16 and LPM).
 
+SELB reordering (selb_reorder.p4, tests ``selb-reorder-*``): the program holds packets by recirculation, so bmv2's
+frames are the golden model's byte for byte in its order within each flow (flows may interleave otherwise:
+p4/README.md), its counters the golden model's; properties of the delivered order are checked from the input frames
+alone.
+
 The toolchain is found by :func:`lbpipe.p4.find_toolchain` (PATH, ~/.cache/lbpipe-p4, or installed there from
 ../shared/tools/p4); without it these tests skip with one line saying why.
 """
@@ -1213,3 +1218,293 @@ def test_cnm_bmv2_matches_golden(name, tools, compiled):
         assert a == b, f"item #{i}: bmv2 {p4.flb_cnm_result(a)}, golden {p4.flb_cnm_result(b)}"
 
 
+
+
+# -- SELB reordering (selb_reorder.p4) ---------------------------------------------------------------------------------
+
+#: selb-reorder tests (selb_reorder.p4) with the harness header (selb-reorder-bth's frames have none: below).
+TESTS_REORDER = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
+                 == "selb-reorder" and n != "selb-reorder-bth"]
+
+
+def _reorder_flow(frame, mask):
+    """The flow of a harness frame's IPv4 packet: this file's CRC16 of its 5-tuple (ports 0 unless an unfragmented
+    TCP or UDP packet), its low bits."""
+    import ipaddress
+    from scapy.layers.inet import IP, TCP, UDP
+    ip = IP(frame[51:])
+    ports = (0, 0)
+    if ip.flags.MF == 0 and ip.frag == 0 and (TCP in ip or UDP in ip):
+        l4 = ip[TCP] if TCP in ip else ip[UDP]
+        ports = (l4.sport, l4.dport)
+    return _crc16_arc(ipaddress.IPv4Address(ip.src).packed + ipaddress.IPv4Address(ip.dst).packed
+                      + struct.pack("!BHH", ip.proto, *ports)) & mask
+
+
+def _reorder_expected(name):
+    """Re-derived here from the test's commands.txt and input frames alone (selb_tor.p4's harness header written
+    again: op, kind, tag, now at its start, flags at its byte 24 with the tail in bit 1 and the epoch in bit 2, the
+    EtherType after it at byte 35; the output: the flow at byte 21, ``held`` flags bit 6): the configuration the CLI
+    line sets, each packet's flow the low log2 n_flows bits of this file's CRC16 of its 5-tuple, a frame that is not
+    IPv4 an item of another kind; the golden model sim/selb/reorder.py fed the items in order. Returns ``(test,
+    items, expected frames in the golden release order, {tag: class}, golden counters)``: a frame's class is its flow
+    for a DATA packet of an IPv4 flow, None for the others."""
+    from lbpipe.sim.selb.reorder import Reorder
+    test = p4.load_test(name)
+    words = test["commands"][0].split()
+    assert words[:3] == ["table_set_default", "reorder_config", "set_config"], test["commands"]
+    mask, n_buffers, depth, tmask, timeout = (int(w) for w in words[3:])
+    assert test["commands"][1:] == ["set_queue_rate 2000 2"]
+    model = Reorder(n_flows=mask + 1, n_buffers=n_buffers, depth=depth, time_bits=tmask.bit_length(),
+                    timeout=timeout)
+    items, frames_of, classes, out = [], {}, {}, []
+    for frame in test["frames"]:
+        assert struct.unpack_from("!H", frame, 12)[0] == 0x88B5
+        op, kind, tag, now = struct.unpack_from("!BBHI", frame, 14)
+        if op == 1:
+            model.control({"table": frame[23], "index": int.from_bytes(frame[24:27], "big"),
+                           "data": struct.unpack_from("!Q", frame, 27)[0]})
+        if op != 0:
+            continue
+        flags = frame[14 + 24]
+        is_flow = struct.unpack_from("!H", frame, 14 + 35)[0] == 0x0800
+        flow = _reorder_flow(frame, mask) if is_flow else 0
+        item = {"kind": kind if is_flow else 0, "tag": tag, "flow": flow, "epoch": flags >> 2 & 1,
+                "tail": flags >> 1 & 1, "now": now & tmask}
+        items.append(item)
+        frames_of[tag] = frame
+        classes[tag] = flow if is_flow and kind == PacketKind.DATA.value else None
+        for res in model.step(item):
+            f = bytearray(frames_of[res["tag"]])
+            struct.pack_into("!H", f, 14 + 21, res["flow"])
+            f[14 + 24] |= res["held"] << 6
+            out.append(bytes(f))
+    assert not model.held()
+    return test, items, out, classes, model.stats()
+
+
+def _by_class(frames, classes):
+    groups = {}
+    for f in frames:
+        groups.setdefault(classes[struct.unpack_from("!H", f, 16)[0]], []).append(f)
+    return groups
+
+
+def _reorder_properties(frames_in, out, mask):
+    """Properties of bmv2's output re-derived from the input frames alone (not from any model): every packet leaves
+    once, as it came but for its flow field (its CRC16's low bits for an IPv4 frame, 0 for another) and flags bit 6
+    (``held``); within a flow (the DATA packets of an IPv4 flow), only a held packet is overtaken, and never by a
+    packet of its own epoch; and a held packet leaves after every packet of its flow of the other epoch that arrived
+    before it (the old path's packets before the tail leave before the new path's held ones). Returns the number of
+    frames out with ``held`` set."""
+    arrived = [f for f in frames_in if f[14] == 0]
+    order = {struct.unpack_from("!H", f, 16)[0]: i for i, f in enumerate(arrived)}
+    assert sorted(struct.unpack_from("!H", f, 16)[0] for f in out) == sorted(order), "every packet leaves once"
+    flows, n_held = {}, 0
+    for f in out:
+        tag = struct.unpack_from("!H", f, 16)[0]
+        a = arrived[order[tag]]
+        held = f[38] >> 6 & 1
+        n_held += held
+        ipv4 = a[49:51] == b"\x08\x00"
+        flow = _reorder_flow(a, mask) if ipv4 else 0
+        assert f == a[:35] + struct.pack("!H", flow) + a[37:38] + bytes([a[38] | held << 6]) + a[39:], f"tag {tag}"
+        if ipv4 and a[15] == PacketKind.DATA.value:
+            flows.setdefault(flow, []).append((order[tag], a[38] >> 2 & 1, held))
+    for flow, seq in flows.items():
+        for j, (arr_b, epoch_b, _) in enumerate(seq):
+            for arr_a, epoch_a, held_a in seq[j + 1:]:
+                if arr_a < arr_b:       # a arrived first and left after b: overtaken
+                    assert held_a and epoch_a != epoch_b, f"flow {flow}: arrival {arr_a} overtaken by {arr_b}"
+        for j, (arr_x, epoch_x, held_x) in enumerate(seq):
+            if held_x:
+                assert all(not (arr_y < arr_x and epoch_y != epoch_x) for arr_y, epoch_y, _ in seq[j + 1:]), \
+                    f"flow {flow}: held arrival {arr_x} left before an earlier packet of the other epoch"
+    return n_held
+
+
+#: selb-reorder-cases worked by hand (make_selb_reorder_tests.py's comments; 2 buffers of 4, timeout 32, 8-bit
+#: ticks): each flow's DATA packets as they must leave, (tag, held); then the frames of no flow's order in theirs.
+REORDER_CASES = {1: [(0, 0), (1, 0), (5, 0), (6, 0), (2, 1), (4, 1), (7, 0), (17, 1), (18, 1), (19, 1), (20, 1),
+                     (21, 0)],
+                 2: [(8, 1), (22, 1), (23, 1), (24, 0)], 3: [(16, 0), (9, 1)], 4: [(10, 0), (28, 1), (30, 1)],
+                 5: [(11, 0)], 6: [(12, 0), (13, 0)], 7: [(26, 0), (27, 0), (25, 1)],
+                 None: [(3, 0), (14, 0), (15, 0), (29, 0), (31, 0)]}
+#: Its counters, by hand: items, held, reorders (tags 6, 16, 27), timeouts (at 15 and 31), overflows (20), second
+#: reroutes (23), fallbacks (10), stale tails (11, 21).
+REORDER_CASES_STATS = [32, 13, 3, 2, 1, 1, 1, 2]
+
+
+def test_reorder_commands():
+    """Hand-worked: the configuration line and the hold port's pace; parameters and items refused."""
+    assert p4.selb_reorder_commands(dict(n_flows=16, n_buffers=2, depth=4, time_bits=8, timeout=32)) == [
+        "table_set_default reorder_config set_config 15 2 4 255 32", "set_queue_rate 2000 2"]
+    assert p4.selb_reorder_commands({}, rate=500) == [
+        "table_set_default reorder_config set_config 1023 8 32 65535 1024", "set_queue_rate 500 2"]
+    for bad in (dict(n_flows=8192), dict(n_buffers=17), dict(depth=512), dict(depth=6), dict(time_bits=33),
+                dict(timeout=3), dict(timeout=256, time_bits=8), dict(colour=1), dict(depth="8")):
+        with pytest.raises(ValueError):
+            p4.selb_reorder_commands(bad)
+    for item in ({"flow": 16}, {"now": 256}, {"epoch": 2}, {"kind": 8}, {"tag": 1 << 16}):
+        with pytest.raises(ValueError, match="selb_reorder.p4 takes"):
+            p4.selb_reorder_frames([{"item": item}], dict(n_flows=16, time_bits=8, timeout=32))
+    with pytest.raises(ValueError, match="metadata block"):
+        p4.replay("selb-reorder", {}, [], [])
+
+
+@pytest.mark.parametrize("name", TESTS_REORDER)
+def test_reorder_stored_files_match_golden(name):
+    """commands.txt is lbpipe/p4.py's for the parameters; packets_out.pcap, trace.jsonl and the counters in
+    test.json are what this file re-derives from packets_in.pcap; selb-reorder-cases' orders and counters are the
+    hand-worked ones."""
+    test, items, frames, classes, stats = _reorder_expected(name)
+    assert test["commands"] == p4.selb_reorder_commands(test["params"])
+    assert test["expected"] == frames
+    assert items == [e["item"] for e in read_events(test["dir"] / "trace.jsonl") if "item" in e]
+    assert json.loads((test["dir"] / "test.json").read_text())["stats"] == stats
+    if name == "selb-reorder-cases":
+        got = {c: [(struct.unpack_from("!H", f, 16)[0], f[38] >> 6 & 1) for f in fs]
+               for c, fs in _by_class(frames, classes).items()}
+        assert got == REORDER_CASES
+        assert stats == REORDER_CASES_STATS
+    assert _reorder_properties(test["frames"], frames, test["params"]["n_flows"] - 1) == stats[1]
+    assert stats[1] and stats[2] and stats[3], "the test must hold, release by a tail and time out"
+    if name != "selb-reorder-defaults":
+        assert all(stats), "and fill a buffer, reroute twice, fall back and see stale tails"
+
+
+@pytest.mark.parametrize("name", _on_bmv2(TESTS_REORDER, ("selb-reorder-cases", "selb-reorder-mixed")))
+def test_reorder_bmv2_matches_golden(name, tools, compiled):
+    """bmv2 runs selb_reorder.p4 on the test's frames, holding packets by recirculation: the frames out are the
+    golden model's byte for byte (flow and ``held`` written), each flow's DATA packets in the golden model's release
+    order and the other frames in theirs; flows may interleave otherwise (p4/README.md). Independently, the
+    properties of :func:`_reorder_properties` hold on bmv2's output; the program's counters are the golden model's
+    (and for the hand-picked test the hand-worked ones), none of its release records lost."""
+    test = p4.load_test(name)
+    _, _, expected, classes, stats = _reorder_expected(name)
+    out, text = p4.run_switch(compiled[P4 / "selb_reorder.p4"], test["frames"], test["commands"], tools=tools,
+                              expect=len(expected), after=["register_read r_stats"])
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    assert sorted(out) == sorted(expected), "bmv2 sent other frames than the golden model"
+    want, got = _by_class(expected, classes), _by_class(out, classes)
+    for c in want:
+        if got[c] != want[c]:
+            first = next(i for i, (a, b) in enumerate(zip(got[c], want[c])) if a != b)
+            pytest.fail(f"flow {c}: its packet #{first} is {p4.selb_reorder_result(got[c][first])}, golden "
+                        f"{p4.selb_reorder_result(want[c][first])}")
+    counters = [int(v) for v in next(line for line in text.splitlines() if "r_stats=" in line).split("=")[1]
+                .split(",")]
+    assert counters[:8] == stats and counters[10] == 0, counters
+    assert _reorder_properties(test["frames"], out, test["params"]["n_flows"] - 1) == stats[1]
+    if name == "selb-reorder-cases":
+        assert counters[:8] == REORDER_CASES_STATS
+        assert out != expected, "the test must show flows interleaved otherwise than the golden model's"
+
+
+@pytest.mark.regression
+def test_cli_replay_reorder_bmv2(tools, tmp_path):
+    """``lbpipe replay selb-reorder --engine bmv2`` end to end against ``--engine golden`` on a fresh trace: the
+    same items, each flow's in the golden order (the DATA items of a flow; the others in theirs)."""
+    trace, gold, bm = tmp_path / "t.jsonl", tmp_path / "g.jsonl", tmp_path / "b.jsonl"
+    params = ["--param", "n_buffers=3", "--param", "depth=4", "--param", "timeout=512"]
+    run = [sys.executable, "-m", "lbpipe.cli"]
+    subprocess.run([*run, "trace", "selb-reorder", *params, "--seed", "21", "-n", "400", "-o", str(trace)],
+                   check=True, capture_output=True)
+    for engine, out in (("golden", gold), ("bmv2", bm)):
+        done = subprocess.run([*run, "replay", "selb-reorder", str(trace), *params, "--engine", engine, "-o",
+                               str(out)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    g, b = [e["item"] for e in read_events(gold)], [e["item"] for e in read_events(bm)]
+    assert sorted(map(json.dumps, g)) == sorted(map(json.dumps, b))
+
+    def key(item):
+        return item["flow"] if item["kind"] == PacketKind.DATA.value else None
+    for c in {key(i) for i in g}:
+        assert [i for i in g if key(i) == c] == [i for i in b if key(i) == c], f"flow {c}"
+
+
+def _reorder_bth_expected(name):
+    """Re-derived from the input frames alone for a test of frames without the harness header (RoCEv2, the tail
+    and epoch in the BTH's reserved byte, bits 0 and 1; a request opcode is DATA): each frame's flow by this file's
+    CRC16, the golden model fed them with ``now`` 0 (the test's timeout is out of reach of bmv2's clock). Returns
+    ``(test, expected frames in the golden order, {frame: (class, PSN)}, golden counters)``."""
+    from scapy.layers.inet import IP, UDP
+    from lbpipe.sim.selb.reorder import Reorder
+    test = p4.load_test(name)
+    mask, n_buffers, depth, tmask, timeout = (int(w) for w in test["commands"][0].split()[3:])
+    model = Reorder(n_flows=mask + 1, n_buffers=n_buffers, depth=depth, time_bits=tmask.bit_length(),
+                    timeout=timeout)
+    out, info = [], {}
+    for tag, frame in enumerate(test["frames"]):
+        ip = IP(frame[14:])
+        bth = bytes(ip[UDP].payload)[:12]
+        data = bth[0] <= 0x0C or bth[0] in (0x16, 0x17)
+        flow = _reorder_flow(bytes(14 + 37) + frame[14:], mask)
+        info[frame] = (flow if data else None, int.from_bytes(bth[9:12], "big"))
+        item = {"kind": 1 if data else 4, "tag": tag, "flow": flow, "epoch": bth[4] >> 1 & 1, "tail": bth[4] & 1,
+                "now": 0}
+        out += [test["frames"][res["tag"]] for res in model.step(item)]
+    return test, out, info, model.stats()
+
+
+def test_reorder_bth_stored_files():
+    """selb-reorder-bth: packets_out.pcap is what this file re-derives; by hand, flow A's PSNs leave 0 to 6 in order
+    (4 and 5 held until the tail, 3), flow B's 0 and 1, the marked ACK passes; two held, one reorder."""
+    test, out, info, stats = _reorder_bth_expected("selb-reorder-bth")
+    assert test["expected"] == out
+    flows = {}
+    for f in out:
+        flows.setdefault(info[f][0], []).append(info[f][1])
+    assert sorted(flows.values()) == [[0, 1], [0, 1, 2, 3, 4, 5, 6], [7]]
+    assert stats == [10, 2, 1, 0, 0, 0, 0, 0]
+
+
+def test_reorder_bth_bmv2(tools, compiled):
+    """bmv2 runs selb_reorder.p4 on RoCEv2 frames marked in the BTH (no harness header): they leave unchanged, each
+    flow's in the golden model's order (so its PSNs in sequence), with the golden model's counters."""
+    test, expected, info, stats = _reorder_bth_expected("selb-reorder-bth")
+    out, text = p4.run_switch(compiled[P4 / "selb_reorder.p4"], test["frames"], test["commands"], tools=tools,
+                              expect=len(expected), after=["register_read r_stats"])
+    assert sorted(out) == sorted(expected)
+    for c in {info[f][0] for f in expected}:
+        assert [f for f in out if info[f][0] == c] == [f for f in expected if info[f][0] == c], f"flow {c}"
+    counters = [int(v) for v in next(line for line in text.splitlines() if "r_stats=" in line).split("=")[1]
+                .split(",")]
+    assert counters[:8] == stats
+
+
+def test_reorder_after_selb_tor_bmv2(tools, compiled):
+    """The two ToRs chained on bmv2: a selb-reroute trace (seed 33, 200 packets, all DATA, 8 paths, 64 flows, hold
+    8) through selb_tor.p4, its frames as they left delayed by their path (0 to 6 ticks: less than ``hold``, so no
+    flow is rerouted again within the paths' spread) with the tick set to the arrival's, then through
+    selb_reorder.p4 (the block's defaults but 64 flows) as they are: the tail and epoch marks selb_tor.p4 wrote are
+    the ones read. Six flows arrive out of the order the source sent them (their tags); every flow leaves in it."""
+    from lbpipe.sim.selb.reroute import reroute_trace
+    params = dict(n_paths=8, n_flows=64, hold=8, lfsr_seed=0x1234)
+    events = reroute_trace(33, 200, **params)
+    for event in events:
+        if "item" in event:
+            event["item"]["kind"] = PacketKind.DATA.value
+    commands, frames, n = p4.selb_reroute_frames(events, params)
+    sent = p4.run_switch(compiled[P4 / "selb_tor.p4"], frames, commands, tools=tools, expect=n)
+    assert len(sent) == n
+    delay = [0, 6, 2, 4, 1, 5, 3, 6]
+    arrival = []
+    for i, frame in enumerate(sent):
+        d = p4.selb_decision(frame)
+        tick = (d["now"] + delay[d["path"]]) & 0xFFFF
+        arrival.append((tick, i, frame[:18] + struct.pack("!I", tick) + frame[22:]))
+    arrival = [f for _, _, f in sorted(arrival, key=lambda a: a[:2])]
+
+    def misordered(frames_):
+        by = {}
+        for f in frames_:
+            by.setdefault(struct.unpack_from("!H", f, 14 + 21)[0] & 63, []).append(struct.unpack_from("!H", f, 16)[0])
+        return sum(v != sorted(v) for v in by.values())
+    assert sum(f[38] >> 1 & 1 for f in sent) > 0 and misordered(arrival) == 6
+    out, text = p4.run_switch(compiled[P4 / "selb_reorder.p4"], arrival, p4.selb_reorder_commands(dict(n_flows=64)),
+                              tools=tools, expect=n, after=["register_read r_stats"])
+    assert len(out) == n and misordered(out) == 0
+    counters = [int(v) for v in next(line for line in text.splitlines() if "r_stats=" in line).split("=")[1]
+                .split(",")]
+    assert counters[1] > 0 and counters[2] > 0 and counters[3:8] == [0] * 5, counters
