@@ -236,12 +236,28 @@ def test_release_burst_holds_the_input():
     assert round((s2["accepted"] - 1) / s2["items_per_clock"]) == 8 + 3 + 5
 
 
-@pytest.mark.parametrize("bad", [dict(n_buffers=0), dict(n_buffers=17), dict(depth=3), dict(depth=1),
+@pytest.mark.parametrize("bad", [dict(n_buffers=0), dict(n_buffers=17), dict(depth=3), dict(depth=1), dict(depth=2048),
                                  dict(timeout=3), dict(timeout=1 << 16), dict(n_flows=6), dict(time_bits=3)])
 def test_bad_parameters(bad):
     from lbpipe.hdl.selb.reorder import Reorder as RTL
     with pytest.raises(ValueError):
         RTL(**bad)
+
+
+def test_rtl_a_512_deep_buffer_fills_at_its_512th_item():
+    """depth 512 (a buffer as deep as an uplink's queue in docs/selb_net.md): flow 1's 520 early packets (epoch 1),
+    then its old path's tail. By the datasheet's table the first 511 are held, the 512th fills the buffer, which
+    drains with it last (held, an overflow: the flow moves to epoch 1); the other 8 pass in order, the tail last as
+    a stale tail. Counters by hand: 521 items, 512 held, 0 reorders, 0 timeouts, 1 overflow, 0 second reroutes,
+    0 fallbacks, 1 stale tail; the independent reference agrees."""
+    params = dict(n_flows=8, n_buffers=2, depth=512, time_bits=12, timeout=2048)
+    events = [_it(k, 1, 1, 0, now=k % 64) for k in range(520)] + [_it(520, 1, 0, 1, now=7)]
+    stats = {}
+    out = run_rtl(BLOCK, params, events, idle=0.1, backpressure=0.3, seed=4, stats=stats)
+    assert _order(out) == [(k, 1) for k in range(512)] + [(k, 0) for k in range(512, 521)]
+    assert stats["counters"] == [521, 512, 0, 0, 1, 0, 0, 1]
+    want, ref = ref_run(params, events)
+    assert out == want and ref.counters() == stats["counters"]
 
 
 def test_reset_sweeps_every_flow_to_epoch_0():

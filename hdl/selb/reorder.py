@@ -45,8 +45,8 @@ def check_parameters(*, n_flows, n_buffers, depth, time_bits, timeout):
         raise ValueError(f"n_flows must be a power of two from 2 to 4096, not {n_flows}")
     if not 1 <= n_buffers <= 16:
         raise ValueError(f"n_buffers must be 1 to 16, not {n_buffers}")
-    if not 2 <= depth <= 256 or depth & (depth - 1):
-        raise ValueError(f"depth must be a power of two from 2 to 256, not {depth}")
+    if not 2 <= depth <= 1024 or depth & (depth - 1):
+        raise ValueError(f"depth must be a power of two from 2 to 1024, not {depth}")
     if not 4 <= time_bits <= 32:
         raise ValueError(f"time_bits must be 4 to 32, not {time_bits}")
     if not 1 <= timeout < 1 << time_bits or timeout & (timeout - 1):
@@ -109,7 +109,7 @@ class Reorder(wiring.Component):
     n_buffers : int
         Reorder buffers, 1 to 16 (8: the paper's experiment, per port).
     depth : int
-        Items a buffer holds, a power of two from 2 to 256.
+        Items a buffer holds, a power of two from 2 to 1024.
     time_bits : int
         Width of ``now`` and of a buffer's start time, 4 to 32.
     timeout : int
@@ -176,6 +176,9 @@ class Reorder(wiring.Component):
             bv=[Signal(name=f"b{b}_valid") for b in r], bflow=[Signal(fb, name=f"b{b}_flow") for b in r],
             bep=[Signal(name=f"b{b}_epoch") for b in r], bstart=[Signal(tb, name=f"b{b}_start") for b in r],
             bcnt=[Signal(db + 1, name=f"b{b}_count") for b in r],
+            # count - 1 beside the count (the slot of the buffer's last item), so a timeout's drain takes its last
+            # slot by a select alone, without a decrement after it
+            blast=[Signal(db, name=f"b{b}_last") for b in r],
             bnf=[Signal(name=f"b{b}_one_free_slot") for b in r],     # count = depth - 1, registered with count
             # S1's item against each buffer, registered (corrected for the buffer S2's item opened at the clock
             # edge, ``alloc_prev``): flow equal, age at least timeout; and against the item ahead of it (``prev``:
@@ -359,12 +362,14 @@ class Reorder(wiring.Component):
         for b in range(self._nb):
             with m.If(d & s["alloc"] & s["f2"][b]):
                 m.d.sync += [s["bv"][b].eq(1), s["bflow"][b].eq(it.flow), s["bep"][b].eq(it.epoch),
-                             s["bstart"][b].eq(it.now), s["bcnt"][b].eq(1), s["bnf"][b].eq(self._depth == 2)]
+                             s["bstart"][b].eq(it.now), s["bcnt"][b].eq(1), s["blast"][b].eq(0),
+                             s["bnf"][b].eq(self._depth == 2)]
             with m.If(d & s["m2"][b]):
                 with m.If(s["release"]):
                     m.d.sync += [s["bv"][b].eq(0), s["bcnt"][b].eq(0), s["bnf"][b].eq(0)]
                 with m.Elif(s["append"]):
-                    m.d.sync += [s["bcnt"][b].eq(s["bcnt"][b] + 1), s["bnf"][b].eq(s["bcnt"][b] == self._depth - 2)]
+                    m.d.sync += [s["bcnt"][b].eq(s["bcnt"][b] + 1), s["blast"][b].eq(s["bcnt"][b][:db]),
+                                 s["bnf"][b].eq(s["bcnt"][b] == self._depth - 2)]
             with m.If(s["to_pend"] & s["to_sel"][b]):
                 m.d.sync += [s["bv"][b].eq(0), s["bcnt"][b].eq(0), s["bnf"][b].eq(0)]
         # a drain starts with a release (the item's buffer) or a timeout (the buffer issued the clock before)
@@ -375,7 +380,7 @@ class Reorder(wiring.Component):
         sel = s["to_sel"]
         with m.If(s["to_pend"]):
             m.d.sync += [s["dr_active"].eq(1), s["dr_buf"].eq(_index(sel, self._bb)), s["dr_next"].eq(0),
-                         s["dr_last"].eq((_select(sel, s["bcnt"], db + 1) - 1)[:db]),
+                         s["dr_last"].eq(_select(sel, s["blast"], db)),
                          s["dr_flow"].eq(_select(sel, s["bflow"], len(it.flow))),
                          s["dr_ep"].eq(_select(sel, s["bep"], 1))]
 

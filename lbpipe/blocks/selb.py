@@ -126,7 +126,7 @@ BLOCKS.append(Block(
     params=[
         Param("n_flows", 1024, "flow table entries (flow index from the parser layer), a power of two, 2 to 4096"),
         Param("n_buffers", 8, "reorder buffers, 1 to 16 (8 a port in the paper's experiment)"),
-        Param("depth", 32, "items a buffer holds, a power of two from 2 to 256"),
+        Param("depth", 32, "items a buffer holds, a power of two from 2 to 1024"),
         Param("time_bits", 16, "width of now and of a buffer's start time, 4 to 32"),
         Param("timeout", 1024, "ticks after which a held buffer drains without its tail, a power of two"),
     ],
