@@ -11,9 +11,9 @@
 // per path its cluster and congested flag, per cluster the `alt` mask (its non-congested paths), and the
 // shortest-queue path. A 16-bit LFSR in a register, stepped once per packet as the block's, draws uniformly among
 // the set bits of `alt` (the floor(state x m / 2^16)-th of its m, from bit 0); an empty `alt` gives the shortest
-// path. A congested flow with no reroute in flight (`hold` ticks since the last) whose candidate differs from its
-// path moves: this packet is the tail (it leaves on the old path, marked, with the old epoch); the entry takes the
-// new path and flips its epoch.
+// path. A data packet (harness `kind` 1; every packet without the harness header) of a congested flow with no reroute
+// in flight (`hold` ticks since the last) whose candidate differs from its path moves: this packet is the tail (it
+// leaves on the old path, marked, with the old epoch); the entry takes the new path and flips its epoch.
 //
 // Test harness header (`selb_tick_t`, EtherType 0x88B5, between Ethernet and IPv4): op 0 a packet (tick, the
 // lookup path, kind, tag in; flow, path, flags and the cluster fields used out); op 1 an lbpipe `ctl` command of
@@ -193,7 +193,11 @@ control SelbIngress(inout headers_t h, inout meta_t m, inout standard_metadata_t
                     if (m.path != m.cur) { m.stale = 1; }
                     if (m.now - m.since >= m.hold) { m.inflight = 0; }
                 }
-                if (m.stale == 0 && m.congested == 1 && m.inflight == 0 && m.cand != m.cur) {
+                // Only a data packet moves (selb-reorder honours a tail on DATA only); without the harness header
+                // every packet is data.
+                bit<1> data = 1;
+                if (h.tick.isValid() && h.tick.kind != 1) { data = 0; }
+                if (data == 1 && m.stale == 0 && m.congested == 1 && m.inflight == 0 && m.cand != m.cur) {
                     m.move = 1;
                     r_flows.write((bit<32>)m.flow, 1w1 ++ 1w1 ++ ~m.epoch ++ 5w0 ++ m.cand ++ m.now);
                 } else {

@@ -67,7 +67,7 @@ DATASHEET_LEVELS = {
     "flb-isolate": 6,       # docs/flb_isolate.md: 6, core and top
     "flb-prevhop": 5,       # docs/flb_prevhop.md: 5, core and top
     "selb-cluster": 5,      # docs/selb_cluster.md: 5, core and top
-    "selb-reroute": 5,      # docs/selb_reroute.md: 5 core, 6 top
+    "selb-reroute": 6,      # docs/selb_reroute.md: 6 core, 5 top
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
     "selb-tx-wire": 6,      # docs/selb_tx_wire.md: 6, core and top
 }

@@ -50,7 +50,7 @@ class Ref:
             waiting = self.busy[f] and (it["now"] - int(self.t[f])) % self.mod < self.hold
         else:
             cur, stale, ep, waiting = it["path"], False, 0, False
-        tail = bool(it["congested"]) and not stale and not waiting and target != cur
+        tail = it["kind"] == 1 and bool(it["congested"]) and not stale and not waiting and target != cur
         self.valid[f] = True
         self.busy[f] = tail or waiting
         if tail:
@@ -135,6 +135,32 @@ WIDE = dict(HAND, n_paths=64)
 WIDE_EVENTS = [pkt(0, 0, 1, 0, 1, (1 << 5) | (1 << 17) | (1 << 40) | (1 << 63), 0), pkt(1, 0, 2, 40, 0, 0, 0),
                pkt(2, 1, 3, 0, 1, (0xFF << 8) | (1 << 48), 0), pkt(3, 1, 4, 14, 0, 0, 0)]
 WIDE_OUT = [(0, 1, 0), (40, 0, 1), (0, 1, 0), (14, 0, 1)]
+
+
+# Only a data packet is rerouted (the destination's selb-reorder honours a tail on DATA only). Flow 5, new, on path
+# 2, congested, one mate (path 3), every draw the same: an ACK (kind 2) and a CNP (kind 3) leave on path 2 and are
+# never the tail (the entry is made, the LFSR steps); the data packet after them is the tail; a NACK (kind 4) next,
+# looked up on the new path 3 and congested with mate 2, is in flight anyway; the OTHER (kind 0) after the hold,
+# congested, does not move either; the data packet after it does (to 2). The old rule (any kind) makes the ACK the
+# tail.
+def kind_pkt(kind, *args):
+    return {"item": dict(pkt(*args)["item"], kind=kind)}
+
+
+KIND_EVENTS = [kind_pkt(2, 0, 5, 10, 2, 1, 0b1000, 0), kind_pkt(3, 1, 5, 10, 2, 1, 0b1000, 0),
+               pkt(2, 5, 11, 2, 1, 0b1000, 0), kind_pkt(4, 3, 5, 12, 3, 1, 0b0100, 0),
+               kind_pkt(0, 4, 5, 20, 3, 1, 0b0100, 0), pkt(5, 5, 21, 3, 1, 0b0100, 0)]
+KIND_OUT = [(2, 0, 0), (2, 0, 0), (2, 1, 0), (3, 0, 1), (3, 0, 1), (3, 1, 1)]
+
+
+@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.5)])
+def test_only_data_packets_are_rerouted(idle, backpressure):
+    stats = {}
+    assert _view(Ref(**HAND).run(KIND_EVENTS)) == KIND_OUT
+    assert _view(run_golden(BLOCK, HAND, KIND_EVENTS)) == KIND_OUT
+    assert _view(run_rtl(BLOCK, HAND, KIND_EVENTS, idle=idle, backpressure=backpressure, seed=5,
+                         stats=stats)) == KIND_OUT
+    assert stats["counters"] == [6, 2, 0, 0]
 
 
 def test_hand_worked_uniform_draw_reference():

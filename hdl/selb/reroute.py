@@ -303,7 +303,9 @@ class Reroute(wiring.Component):
             p3 = s["s3"].path
             stale3 = Mux(now_hit("s3"), _pick(d["move"], p3 != d["cand"], p3 != d["cur"]), e3.valid & (p3 != e3.path))
             m.d.sync += [d["cur"].eq(Mux(now_hit("s3"), d["new"].path, Mux(e3.valid, e3.path, p3))),
-                         d["stale"].eq(stale3), d["live"].eq(~stale3 & s["s3"].congested),
+                         d["stale"].eq(stale3),
+                         # only a data packet moves: selb-reorder honours a tail on DATA only
+                         d["live"].eq(~stale3 & s["s3"].congested & (s["s3"].kind == PacketKind.DATA)),
                          d["busy"].eq(Mux(now_hit("s3"), d["new"].inflight, e3.valid & e3.inflight)),
                          d["empty"].eq(s["s3"].alt == 0)]
             m.d.sync += [v["s4"].eq(v["s3"]), s["s4"].eq(s["s3"]),

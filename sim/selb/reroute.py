@@ -13,6 +13,8 @@ from lbpipe.hdl.lib.meta import PacketKind
 
 __all__ = ["Reroute", "reroute_trace"]
 
+DATA = PacketKind.DATA.value
+
 
 def _lfsr_step(state):
     bit = ((state >> 15) ^ (state >> 13) ^ (state >> 12) ^ (state >> 10)) & 1
@@ -58,7 +60,8 @@ class Reroute:
                 inflight = 0
         pick = self._pick(item["alt"], draw)
         cand = item["shortest"] if pick is None else pick
-        move = not stale and item["congested"] and not inflight and cand != cur
+        # only a data packet is rerouted (and so marked the tail): selb-reorder honours a tail on DATA only
+        move = item["kind"] == DATA and not stale and item["congested"] and not inflight and cand != cur
         self.counts[0] += 1
         self.counts[1] += move
         self.counts[2] += move and item["alt"] == 0
@@ -90,7 +93,8 @@ def reroute_trace(seed, n_items, **params):
         r = rng.random()
         alt = 0 if r < 0.2 else rng.randrange(1 << n)
         alt &= ~(1 << path) if rng.random() < 0.8 else -1
-        item = {"kind": rng.choice(list(PacketKind)).value, "tag": k & 0xFFFF, "flow": f, "now": now,
+        kind = DATA if rng.random() < 0.8 else rng.choice(list(PacketKind)).value
+        item = {"kind": kind, "tag": k & 0xFFFF, "flow": f, "now": now,
                 "path": path, "congested": int(rng.random() < 0.4), "alt": alt, "shortest": rng.randrange(n)}
         events.append({"item": item})
         model.process(item)
