@@ -48,6 +48,8 @@ SCALE = {
     "flb-owd": ({"n_edges": lambda n: n // 8}, (1024, 4096, 8192)),
     # The isolation table is n_slots registers whatever n_flows: only the flow field widens with it.
     "flb-isolate": ({"n_flows": lambda n: n}, SIZES),
+    # 65 bits a flow (valid, 16-bit stamp, MAC) in banks of up to 4,096: 64K flows (its default) is 128 RAMB36.
+    "flb-prevhop": ({"n_flows": lambda n: n}, SIZES),
     # The flow table's range stops at 4,096 flows (n_flows' check): three points up to it.
     "selb-reroute": ({"n_flows": lambda n: n}, (1024, 2048, 4096)),
     # The reorder buffers are the scarce resource (ConWeave: 8 a port): 4, 8, 16 buffers of depth 32, one per 256

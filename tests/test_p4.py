@@ -1341,7 +1341,7 @@ def test_reorder_commands():
         "table_set_default reorder_config set_config 15 2 4 255 32", "set_queue_rate 2000 2"]
     assert p4.selb_reorder_commands({}, rate=500) == [
         "table_set_default reorder_config set_config 1023 8 32 65535 1024", "set_queue_rate 500 2"]
-    for bad in (dict(n_flows=8192), dict(n_buffers=17), dict(depth=512), dict(depth=6), dict(time_bits=33),
+    for bad in (dict(n_flows=8192), dict(n_buffers=17), dict(depth=2048), dict(depth=6), dict(time_bits=33),
                 dict(timeout=3), dict(timeout=256, time_bits=8), dict(colour=1), dict(depth="8")):
         with pytest.raises(ValueError):
             p4.selb_reorder_commands(bad)

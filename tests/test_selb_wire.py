@@ -85,10 +85,10 @@ def _run(params, testcases, name):
 
 
 def test_rtl():
-    """Mixed traffic with stalls, line rate, samples on smp, reset mid-traffic, the hand-worked reroute and the
-    reset that sweeps the mirror."""
-    _run(SMALL, ["frames_with_stalls", "line_rate", "samples_on_smp", "reset_mid_traffic", "reroute_by_hand",
-                 "reset_sweeps_the_mirror"], "selb_tx_wire_top")
+    """Mixed traffic with stalls, line rate, samples on smp, reset mid-traffic, a 3,000-clock output stall, the
+    hand-worked reroute and the reset that sweeps the mirror."""
+    _run(SMALL, ["frames_with_stalls", "line_rate", "samples_on_smp", "reset_mid_traffic", "long_stall",
+                 "reroute_by_hand", "reset_sweeps_the_mirror"], "selb_tx_wire_top")
 
 
 @pytest.mark.regression

@@ -7,7 +7,7 @@ frames behind it have read it; this model writes it at once. A frame read in tha
 path and selb-reroute treats it as stale (it leaves on the flow's table path, no decision taken). The frame that
 leaves is the same either way while the flow cannot be rerouted again (``now`` has not moved by ``hold`` since its
 last reroute: always with the clock stopped, as the tests and ``lbpipe trace`` run it); only the stale count
-(STATUS_9, :data:`STALE_STAT`) may then be larger in hardware.
+(STATUS_9, :data:`STALE_STAT`) may then differ, either way when two QPs share a flow index (docs/selb_tx_wire.md).
 """
 
 from lbpipe.sim.packet.deparser import deparse_counted

@@ -7,8 +7,8 @@ checked with ``tb/lib/packets.py``'s :func:`icrc` (computed from the frame's byt
 :func:`reset_sweeps_the_mirror` predict the frames from hand-worked clusterings and draws, without the golden model.
 
 The clock is stopped in every test (``ctl`` table 48), so a flow is rerouted at most once and the frames do not
-depend on the cycle (sim/selb/wire.py, "The mirror's timing"); the stale count (STATUS_9) is then at least the
-golden model's.
+depend on the cycle (sim/selb/wire.py, "The mirror's timing"); the stale count (STATUS_9) is not compared with the
+golden model's (the mirror's timing and flow-index collisions move it either way); the hand-worked tests count it.
 """
 
 import json
@@ -18,7 +18,7 @@ import random
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from lbpipe.sim.selb.wire import STALE_STAT, SelbTxWireModel
+from lbpipe.sim.selb.wire import SelbTxWireModel
 from lbpipe.tb.lib.harness import AxisBench
 from lbpipe.tb.lib.packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, icrc, roce_ack, roce_cnp, roce_data, sized_data
 
@@ -26,8 +26,8 @@ BEAT = 64
 # The wire's control map, from docs/selb_tx_wire.md.
 CLOCK, SAMPLE, TICK = 48, 49, 50
 #: Counters: selb-cluster 0-5, selb-reroute 6-9 (packets, tails, to the shortest path, stale), deparser 10-12,
-#: frames not given to selb-reroute 13.
-N_COUNTERS = 14
+#: frames not given to selb-reroute 13 (the datasheet's).
+N_COUNTERS, STALE = 14, 9
 
 
 def _params():
@@ -150,12 +150,12 @@ class TB(AxisBench):
         return errors
 
     async def check_counters(self, model):
-        """The counters against the golden model's, the stale count at least the model's (the mirror's timing)."""
+        """The counters against the golden model's, all but the stale count (STATUS_9), which the mirror's timing
+        and flow-index collisions move either way (docs/selb_tx_wire.md)."""
         counters = [await self.axil.read_dword(0x40 + 4 * i) for i in range(N_COUNTERS)]
         want = model.stats()
-        if ([c for i, c in enumerate(counters) if i != STALE_STAT] != [c for i, c in enumerate(want) if i != STALE_STAT]
-                or counters[STALE_STAT] < want[STALE_STAT]):
-            return [f"counters {counters}, golden model {want} (STATUS_{STALE_STAT} may be larger)"]
+        if [c for i, c in enumerate(counters) if i != STALE] != [c for i, c in enumerate(want) if i != STALE]:
+            return [f"counters {counters}, golden model {want} (STATUS_{STALE} not compared)"]
         return []
 
 
@@ -254,6 +254,27 @@ async def reset_mid_traffic(dut):
     await ClockCycles(dut.clk, 50)
     if not tb.sink.empty():
         errors.append("frames left over after the reset")
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def long_stall(dut):
+    """``m_axis`` held for 3,000 clocks while 200 short SELB and other frames come in, then released: the stall
+    fills the deparser, the mark FIFO and the side FIFOs and reaches ``s_axis``; afterwards every frame and counter
+    as the golden model (a join that gave the deparser an action with the mark FIFO full would lose a mark)."""
+    tb, model, _ = await _setup(dut, stalls=False, seed=6)
+    frames = frames_for(tb.rng, 200, flows_for(tb.rng), sizes=[0, 3, 16, 40])
+    expected = [model.process(f) for f in frames]
+    tb.sink.pause = True
+    for f in frames:
+        tb.send(f)
+    await ClockCycles(dut.clk, 3000)
+    errors = []
+    if tb.source.empty():
+        errors.append("every frame was taken during the stall: it never reached s_axis")
+    tb.sink.pause = False
+    errors += await tb.check_frames(expected, frames)
+    errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
 
 
