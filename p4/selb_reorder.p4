@@ -230,8 +230,15 @@ control ReorderIngress(inout headers_t h, inout meta_t m, inout standard_metadat
                 bit<16> sport = 0;
                 bit<16> dport = 0;
                 if (h.ports.isValid()) { sport = h.ports.sport; dport = h.ports.dport; }
-                hash(m.crc, HashAlgorithm.crc16, (bit<16>)0, { h.ipv4.src, h.ipv4.dst, h.ipv4.protocol, sport, dport },
-                     (bit<32>)65536);
+                if (!h.tick.isValid() && h.bth.isValid()) {
+                    // A RoCEv2 frame as selb-tx-wire sends it: keyed by its addresses and destination QP, not its
+                    // source port, which the source ToR rewrites to the path (the key survives a reroute).
+                    hash(m.crc, HashAlgorithm.crc16, (bit<16>)0, { h.ipv4.src, h.ipv4.dst, h.bth.dqpn },
+                         (bit<32>)65536);
+                } else {
+                    hash(m.crc, HashAlgorithm.crc16, (bit<16>)0,
+                         { h.ipv4.src, h.ipv4.dst, h.ipv4.protocol, sport, dport }, (bit<32>)65536);
+                }
                 m.flow = m.crc & m.flow_mask;
             } else {
                 m.data = 0;                         // not a flow: passes as an item of another kind

@@ -151,11 +151,11 @@ def write_reorder_test(name, params, events, frames, note):
 BTH_PARAMS = dict(n_flows=16, n_buffers=2, depth=4, time_bits=32, timeout=1 << 31)
 
 
-def _roce(src, sport, opcode, psn, epoch=0, tail=0):
+def _roce(src, sport, opcode, psn, epoch=0, tail=0, dqpn=0x12):
     """An IPv4 RoCEv2 frame from 10.1.0.SRC port SPORT to 10.2.0.1 whose BTH reserved byte carries the tail (bit 0)
     and epoch (bit 1), as a source ToR marking the BTH would send it (16 payload bytes, an ICRC of zeros: the
     program neither checks nor changes it)."""
-    bth = struct.pack("!BBHB", opcode, 0x40, 0xFFFF, tail | epoch << 1) + (0x12).to_bytes(3, "big") + \
+    bth = struct.pack("!BBHB", opcode, 0x40, 0xFFFF, tail | epoch << 1) + dqpn.to_bytes(3, "big") + \
         struct.pack("!I", psn & 0xFFFFFF)
     udp = struct.pack("!HHHH", sport, 4791, 8 + len(bth) + 20, 0) + bth + bytes(20)
     ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
@@ -168,19 +168,23 @@ def _roce(src, sport, opcode, psn, epoch=0, tail=0):
 
 def bth():
     """Hand-picked frames without the harness header, the marks in the BTH: ``[(frame, tag, flow, epoch, tail,
-    DATA)]`` (the flow by the test's CRC16 of the 5-tuple, the tag an index for the expected order). One flow
-    rerouted (two new-path packets held until the old path's tail), another in order, acknowledgements (not data:
-    they pass, even marked)."""
-    rows = [(_roce(1, 49152, 0x04, 0), 0, 0, 1),    # A: SEND only, in order
-            (_roce(2, 49153, 0x0A, 0), 0, 0, 1),    # B: RDMA WRITE only, in order
-            (_roce(1, 49152, 0x04, 1), 0, 0, 1),    # A: in order
-            (_roce(1, 49152, 0x04, 4, 1), 1, 0, 1),  # A: the new path's first packet, early: held
-            (_roce(2, 49153, 0x11, 7, 1, 1), 1, 1, 0),  # an ACK marked epoch 1 and tail: not data, passes
-            (_roce(1, 49152, 0x04, 5, 1), 1, 0, 1),  # A: joins the buffer
-            (_roce(2, 49153, 0x0A, 1), 0, 0, 1),    # B: in order
-            (_roce(1, 49152, 0x04, 2), 0, 0, 1),    # A: an old-path packet: passes
-            (_roce(1, 49152, 0x04, 3, 0, 1), 0, 1, 1),  # A: the tail: it leaves, then PSN 4 and 5
-            (_roce(1, 49152, 0x04, 6, 1), 1, 0, 1)]  # A: in order at epoch 1
+    DATA)]`` (the flow by the test's CRC16 of the addresses and destination QP, the tag an index for the expected
+    order; B's destination QP 0x20 keeps it off A's index at 16 flows). One flow rerouted (two new-path packets
+    held until the old path's tail), its source port's low bits
+    changed with the path as selb-tx-wire writes them (0xC000 on the old path, 0xC001 on the new: a 5-tuple key
+    would put them on two flows at 16 flows), another flow in
+    order, acknowledgements (not data: they pass, even marked)."""
+    old, new = 0xC000, 0xC001
+    rows = [(_roce(1, old, 0x04, 0), 0, 0, 1),    # A: SEND only, in order
+            (_roce(2, 49153, 0x0A, 0, dqpn=0x20), 0, 0, 1),    # B: RDMA WRITE only, in order
+            (_roce(1, old, 0x04, 1), 0, 0, 1),    # A: in order
+            (_roce(1, new, 0x04, 4, 1), 1, 0, 1),  # A: the new path's first packet, early: held
+            (_roce(2, 49153, 0x11, 7, 1, 1, dqpn=0x20), 1, 1, 0),  # an ACK marked epoch 1 and tail: not data, passes
+            (_roce(1, new, 0x04, 5, 1), 1, 0, 1),  # A: joins the buffer
+            (_roce(2, 49153, 0x0A, 1, dqpn=0x20), 0, 0, 1),    # B: in order
+            (_roce(1, old, 0x04, 2), 0, 0, 1),    # A: an old-path packet: passes
+            (_roce(1, old, 0x04, 3, 0, 1), 0, 1, 1),  # A: the tail: it leaves, then PSN 4 and 5
+            (_roce(1, new, 0x04, 6, 1), 1, 0, 1)]  # A: in order at epoch 1
     return rows
 
 
@@ -191,7 +195,7 @@ def write_bth_test(name="selb-reorder-bth", params=BTH_PARAMS):
     model = Reorder(**params)
     frames, events, out = [], [], []
     for tag, (frame, epoch, tail, data) in enumerate(bth()):
-        flow = crc16(frame[26:34] + bytes([17]) + frame[34:38]) & (params["n_flows"] - 1)
+        flow = crc16(frame[26:34] + frame[47:50]) & (params["n_flows"] - 1)     # addresses, destination QP
         item = {"kind": 1 if data else 4, "tag": tag, "flow": flow, "epoch": epoch, "tail": tail, "now": 0}
         frames.append(frame)
         events.append({"item": item})
