@@ -263,7 +263,10 @@ class SelbTxWire(wiring.Component):
         head, res = side_b.o.payload, reroute.o.payload
         act = deparser.act.payload
         sel = head.f.selb
-        ready = side_b.o.valid & (~sel | reroute.o.valid) & marks.i.ready
+        # a fork to two consumers: each is offered the item when the other can take it (neither's valid waits on
+        # its own ready), and both take it in the same clock
+        here = side_b.o.valid & (~sel | reroute.o.valid)
+        ready = here & marks.i.ready
         xor = Signal(self._pb, name="join_xor")
         m.d.comb += xor.eq(head.f.sport_low ^ res.path)
         take = Signal(name="join_take")
@@ -273,7 +276,7 @@ class SelbTxWire(wiring.Component):
             marks.i.payload.apply.eq(sel), marks.i.payload.pos.eq(head.f.l4_off + BTH_MARK_OFFSET),
             marks.i.payload.bits.eq(Cat(res.tail, res.epoch)),
             deparser.act.valid.eq(ready), take.eq(ready & deparser.act.ready),
-            marks.i.valid.eq(take),
+            marks.i.valid.eq(here & deparser.act.ready),
             side_b.o.ready.eq(take), reroute.o.ready.eq(take & sel),
         ]
         wr_flow, wr_path, wr_en = mirror_wr
