@@ -36,7 +36,7 @@ from amaranth import Cat, C, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.lib.control import ControlSignature, check_int
+from lbpipe.hdl.lib.control import below, check_int, ControlSignature
 from lbpipe.hdl.lib.meta import TAG_BITS
 from lbpipe.hdl.lib.stage import counter32
 
@@ -88,12 +88,6 @@ def CnmResult(*, n_ports=8, n_slots=4, n_edges=16, flow_bits=16, q_bits=16):
     return data.StructLayout({"port": pb, "deq": 1, "flow": flow_bits, "src": eb, "tag": TAG_BITS,
                               "ok": 1, "qlen": q_bits, "cnm": 1, "cnm_cong": 1, "cnm_flow": flow_bits,
                               "cnm_src": eb, "cnm_n": (n_slots).bit_length(), "cnm_cp": pb})
-
-
-def _below(value, limit):
-    if limit >= 1 << len(value):
-        return C(1, 1)
-    return value < limit
 
 
 class Cnm(wiring.Component):
@@ -219,7 +213,7 @@ class Cnm(wiring.Component):
         take = self.i.valid & self.i.ready
         down = i.deq & i.amount.any()
         with m.If(adv):
-            m.d.sync += [a1["valid"].eq(take), a1["ok"].eq(_below(i.port, self._np)), a1["item"].eq(i),
+            m.d.sync += [a1["valid"].eq(take), a1["ok"].eq(below(i.port, self._np)), a1["item"].eq(i),
                          a1["ph"].eq(Cat(i.port == p for p in range(self._np))), a1["down"].eq(down),
                          a1["addend"].eq(Mux(down, -i.amount, i.amount))]
 

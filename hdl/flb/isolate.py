@@ -45,7 +45,7 @@ from amaranth import Cat, C, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.lib.control import ControlSignature, check_int
+from lbpipe.hdl.lib.control import below, check_int, ControlSignature
 from lbpipe.hdl.lib.meta import TAG_BITS
 from lbpipe.hdl.lib.stage import counter32
 
@@ -108,12 +108,6 @@ def _count_is(bits, count):
     n = len(bits)
     terms = [Cat(bits[i] if i in ones else ~bits[i] for i in range(n)).all() for ones in combinations(range(n), count)]
     return Cat(terms).any() if terms else C(0, 1)
-
-
-def _below(value, limit):
-    if limit >= 1 << len(value):
-        return C(1, 1)
-    return value < limit
 
 
 class Isolate(wiring.Component):
@@ -233,7 +227,7 @@ class Isolate(wiring.Component):
         self._prev1 = Signal(4, name="s1_vs_prev")  # age over, flow, dest, point equal: against S1's event
         self._cp1 = Signal(self._cb, name="s1_cp")
         self._eqc1 = Signal(self._ns, name="s1_cp_eq")
-        ok_range = _below(flow, self._nf) & _below(dest, self._nd) & (~is_cnm | _below(u.cp, self._np))
+        ok_range = below(flow, self._nf) & below(dest, self._nd) & (~is_cnm | below(u.cp, self._np))
         n_ok = (u.n != 0) & (u.n <= N_MAX)
         weight = Signal(self._wb)
         with m.Switch(u.n):

@@ -32,11 +32,11 @@ control commands wait for the pipeline to drain; FORGET of one (edge, path) and 
 aging the control plane drives; reset sweeps both tables.
 """
 
-from amaranth import Cat, C, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.lib.control import ControlSignature, check_int
+from lbpipe.hdl.lib.control import below, check_int, ControlSignature
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
 from lbpipe.hdl.lib.stage import counter32
 
@@ -85,13 +85,6 @@ def OwdResult(*, n_edges=16, n_paths=8, delay_bits=16):
     return data.StructLayout({"kind": PacketKind, "sampled": 1, "edge": eb, "path": pb, "reverse": 1,
                               "to_edge": eb, "tag": TAG_BITS, "ok": 1, "qdelay": delay_bits, "base_set": 1,
                               "pb_valid": 1, "pb_path": pb, "pb_delay": delay_bits})
-
-
-def _below(value, limit):
-    """``value < limit`` for an unsigned field (constant-true when the field cannot reach ``limit``)."""
-    if limit >= 1 << len(value):
-        return C(1, 1)
-    return value < limit
 
 
 class Owd(wiring.Component):
@@ -223,8 +216,8 @@ class Owd(wiring.Component):
                      self.i.ready.eq(adv & ~busy & ~self.ctl.valid & ~pending)]
         take_i = self.i.valid & self.i.ready
         take_c = self.ctl.valid & self.ctl.ready
-        s_in = _below(i.edge, self._ne) & _below(i.path, self._n)
-        r_in = _below(i.to_edge, self._ne)
+        s_in = below(i.edge, self._ne) & below(i.path, self._n)
+        r_in = below(i.to_edge, self._ne)
         s_ok = i.sampled & ~i.reverse & s_in
         r_ok = i.reverse & ~i.sampled & r_in
         ok = ~(i.sampled | i.reverse) | s_ok | r_ok
@@ -248,7 +241,7 @@ class Owd(wiring.Component):
         cedge = c.index >> PATH_FIELD_BITS
         cpath = c.index[:PATH_FIELD_BITS]
         self._forget_addr = Signal((self._eb + self._pb), name="forget_addr")
-        forget = take_c & (c.table == TABLE_FORGET) & _below(cedge, self._ne) & _below(cpath, self._n)
+        forget = take_c & (c.table == TABLE_FORGET) & below(cedge, self._ne) & below(cpath, self._n)
         m.d.sync += [pending.eq(forget),
                      self._forget_addr.eq(Cat(cpath[:self._pb], cedge[:self._eb]))]
         m.d.comb += self._sweep_start.eq(take_c & (c.table == TABLE_FORGET_ALL))

@@ -41,7 +41,7 @@ from amaranth import Array, C, Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lbpipe.hdl.lib.control import ControlSignature, check_int
+from lbpipe.hdl.lib.control import below, check_int, ControlSignature
 from lbpipe.hdl.lib.meta import PacketKind, TAG_BITS
 from lbpipe.hdl.lib.stage import counter32
 
@@ -86,12 +86,6 @@ def PrevHopResult(*, n_flows=65536):
     for a data packet ``moved`` (the entry was live with another MAC)."""
     return data.StructLayout({"kind": PacketKind, "cnm": 1, "flow": _bits(n_flows), "tag": TAG_BITS, "ok": 1,
                               "hit": 1, "aged": 1, "moved": 1, "dst_mac": MAC_BITS, "src_mac": MAC_BITS})
-
-
-def _below(value, limit):
-    if limit >= 1 << len(value):
-        return C(1, 1)
-    return value < limit
 
 
 class PrevHop(wiring.Component):
@@ -201,7 +195,7 @@ class PrevHop(wiring.Component):
                      self.i.ready.eq(adv & ~self._busy & ~self.ctl.valid)]
         take_i = self.i.valid & self.i.ready
         take_c = self.ctl.valid & self.ctl.ready
-        ok = _below(i.flow, self._nf) & (i.cnm | ~i.mac[GROUP_BIT])
+        ok = below(i.flow, self._nf) & (i.cnm | ~i.mac[GROUP_BIT])
         write = take_i & ~i.cnm & ok
         entry = Signal(self._entry, name="s0_entry")
         m.d.comb += [entry.valid.eq(~self._busy), entry.stamp.eq(Mux(self._busy, 0, i.now)),

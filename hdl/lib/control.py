@@ -9,13 +9,22 @@ Blocks serialize control commands with packet items at their pipeline entry, so 
 packets and never races a packet's read-modify-write of the same entry.
 """
 
+from amaranth import C
 from amaranth.lib import data, stream
 
-__all__ = ["check_int", "CONTROL_TABLE_BITS", "CONTROL_INDEX_BITS", "CONTROL_DATA_BITS", "ControlWrite", "ControlSignature"]
+__all__ = ["check_int", "below", "CONTROL_TABLE_BITS", "CONTROL_INDEX_BITS", "CONTROL_DATA_BITS", "ControlWrite", "ControlSignature"]
 
 CONTROL_TABLE_BITS = 8
 CONTROL_INDEX_BITS = 24
 CONTROL_DATA_BITS = 64
+
+
+def below(value, limit):
+    """``value < limit`` for an unsigned field and a constant ``limit``: constant true when the field cannot reach
+    ``limit`` (a range check on a field that any of its values passes)."""
+    if limit >= 1 << len(value):
+        return C(1, 1)
+    return value < limit
 
 
 def check_int(name, value):
