@@ -1255,8 +1255,10 @@ def selb_reorder_frames(events, params):
 def selb_reorder_classes(frames, n_flows=1024):
     """For each frame, the order selb_reorder.p4 keeps: the flow of a DATA packet of an IPv4 flow (a harness frame:
     its header's flow, as the program writes it; a RoCEv2 request without the header, as from a source marking the
-    BTH: the low log2 ``n_flows`` bits of the CRC16 of its 5-tuple), or None (every other frame: those pass at once,
-    so keep their order among themselves). Frames of different classes may interleave otherwise (p4/README.md)."""
+    BTH: behind 0 to 2 tags (outer 0x8100 or 0x88A8, inner 0x8100), IPv4 not a fragment or IPv6 with UDP next, the
+    low log2 ``n_flows`` bits of the CRC16 of its two addresses and destination QP), or None (every other frame:
+    those pass at once, so keep their order among themselves). Frames of different classes may interleave otherwise
+    (p4/README.md)."""
     import struct
     out = []
     for frame in frames:
@@ -1265,17 +1267,31 @@ def selb_reorder_classes(frames, n_flows=1024):
             ipv4 = frame[14 + SELB_TICK_LEN - 2:14 + SELB_TICK_LEN] == b"\x08\x00"
             out.append(r["flow"] if ipv4 and r["kind"] == 1 else None)
             continue
-        flow = None
-        if len(frame) >= 14 + 20 and frame[12:14] == b"\x08\x00" and frame[14] >> 4 == 4 and frame[23] == 17 and \
-                struct.unpack_from("!H", frame, 20)[0] & 0x3FFF == 0:
-            l4 = 14 + (frame[14] & 15) * 4
-            if len(frame) >= l4 + 8 + 12 and struct.unpack_from("!H", frame, l4 + 2)[0] == 4791:
-                opcode, tver = frame[l4 + 8], frame[l4 + 9] & 15
-                if tver == 0 and (opcode <= 0x0C or opcode in (0x16, 0x17)):
-                    key = frame[26:34] + bytes([17]) + frame[l4:l4 + 4]
-                    flow = crc16(key) & (n_flows - 1)
-        out.append(flow)
+        out.append(_selb_reorder_bth_flow(bytes(frame), n_flows))
     return out
+
+
+def _selb_reorder_bth_flow(frame, n_flows):
+    """The flow of a RoCEv2 request without the harness header as selb_reorder.p4 keys it, or None."""
+    import struct
+    l3, ether_type = 14, frame[12:14]
+    if ether_type in (b"\x81\x00", b"\x88\xa8") and len(frame) >= 18:
+        l3, ether_type = 18, frame[16:18]
+        if ether_type == b"\x81\x00" and len(frame) >= 22:
+            l3, ether_type = 22, frame[20:22]
+    if ether_type == b"\x08\x00" and len(frame) >= l3 + 20 and frame[l3] & 15 >= 5 and frame[l3 + 9] == 17 and \
+            struct.unpack_from("!H", frame, l3 + 6)[0] & 0x3FFF == 0:
+        l4, addresses = l3 + (frame[l3] & 15) * 4, frame[l3 + 12:l3 + 20]
+    elif ether_type == b"\x86\xdd" and len(frame) >= l3 + 40 and frame[l3] >> 4 == 6 and frame[l3 + 6] == 17:
+        l4, addresses = l3 + 40, frame[l3 + 8:l3 + 40]
+    else:
+        return None
+    if len(frame) < l4 + 8 + 12 or struct.unpack_from("!H", frame, l4 + 2)[0] != 4791:
+        return None
+    opcode, tver = frame[l4 + 8], frame[l4 + 9] & 15
+    if tver != 0 or not (opcode <= 0x0C or opcode in (0x16, 0x17)):
+        return None
+    return crc16(addresses + frame[l4 + 13:l4 + 16]) & (n_flows - 1)
 
 
 def _reorder_replay_items(params, events, tools):

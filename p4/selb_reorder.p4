@@ -21,6 +21,10 @@
 // (kind, tag, now, flags bit 1 tail, bit 2 epoch in; flow and flags bit 6 `held` out); op 1 an lbpipe `ctl` command
 // of the block (no tables) and op 2 (selb_tor.p4's register writes): dropped, nothing changes. Frames without the
 // header take the tick from ingress_global_timestamp >> TICK_SHIFT.
+// Without the header (behind selb-tx-wire), a RoCEv2 request is a DATA packet in any of the frame forms lbpipe's
+// parser takes: Ethernet, 0 to 2 tags (outer 0x8100 or 0x88A8, inner 0x8100), IPv4 (not a fragment) or IPv6 (next
+// header UDP, no extension headers), UDP port 4791; its flow the CRC16 of the two addresses (4 or 16 bytes each)
+// and the BTH's destination QP. The frame leaves as it came, tags included.
 //
 // Control plane (lbpipe/p4.py selb_reorder_commands):
 //   table_set_default reorder_config set_config FLOW_MASK N_BUFFERS DEPTH TIME_MASK TIMEOUT
@@ -34,6 +38,9 @@
 #include <v1model.p4>
 
 const bit<16> ETH_IPV4 = 0x0800;
+const bit<16> ETH_IPV6 = 0x86DD;
+const bit<16> TPID_C = 0x8100;      // a C-tag: the only inner tag, or an outer one
+const bit<16> TPID_S = 0x88A8;      // an S-tag: outer only
 const bit<16> ETH_SELB_TICK = 0x88B5;
 const bit<8> IP_TCP = 6;
 const bit<8> IP_UDP = 17;
@@ -59,11 +66,16 @@ header selb_tick_t {
     bit<8> cluster; bit<8> shortest; bit<64> alt;
     bit<16> ether_type;
 }
+header vlan_t { bit<16> tci; bit<16> ether_type; }
 header ipv4_t {
     bit<4> version; bit<4> ihl; bit<8> tos; bit<16> total_len; bit<16> id;
     bit<3> flags; bit<13> frag; bit<8> ttl; bit<8> protocol; bit<16> checksum; bit<32> src; bit<32> dst;
 }
 header ipv4_opts_t { varbit<320> opts; }
+header ipv6_t {
+    bit<4> version; bit<8> tclass; bit<20> label; bit<16> payload_len; bit<8> next_hdr; bit<8> hop_limit;
+    bit<128> src; bit<128> dst;
+}
 header ports_t { bit<16> sport; bit<16> dport; }
 header udp_rest_t { bit<16> len; bit<16> checksum; }
 header bth_t {
@@ -72,8 +84,8 @@ header bth_t {
 }
 
 struct headers_t {
-    ethernet_t eth; selb_tick_t tick; ipv4_t ipv4; ipv4_opts_t ipv4_opts; ports_t ports; udp_rest_t udp;
-    bth_t bth;
+    ethernet_t eth; selb_tick_t tick; vlan_t vlan_outer; vlan_t vlan_inner; ipv4_t ipv4; ipv4_opts_t ipv4_opts;
+    ipv6_t ipv6; ports_t ports; udp_rest_t udp; bth_t bth;
 }
 
 struct meta_t {
@@ -94,7 +106,22 @@ struct meta_t {
 parser ReorderParser(packet_in pk, out headers_t h, inout meta_t m, inout standard_metadata_t sm) {
     state start {
         pk.extract(h.eth);
-        transition select(h.eth.ether_type) { ETH_SELB_TICK: tick; ETH_IPV4: ipv4; default: accept; }
+        transition select(h.eth.ether_type) {
+            ETH_SELB_TICK: tick; ETH_IPV4: ipv4; ETH_IPV6: ipv6; TPID_C: vlan_outer; TPID_S: vlan_outer;
+            default: accept;
+        }
+    }
+    // Tags as lbpipe's parser takes them (docs/packet_io.md): an outer 0x8100 or 0x88A8, then an inner 0x8100; a
+    // third tag, an inner 0x88A8 or another TPID ends the parse (the frame passes as another kind).
+    state vlan_outer {
+        pk.extract(h.vlan_outer);
+        transition select(h.vlan_outer.ether_type) {
+            ETH_IPV4: ipv4; ETH_IPV6: ipv6; TPID_C: vlan_inner; default: accept;
+        }
+    }
+    state vlan_inner {
+        pk.extract(h.vlan_inner);
+        transition select(h.vlan_inner.ether_type) { ETH_IPV4: ipv4; ETH_IPV6: ipv6; default: accept; }
     }
     state tick {
         pk.extract(h.tick);
@@ -112,6 +139,11 @@ parser ReorderParser(packet_in pk, out headers_t h, inout meta_t m, inout standa
         transition select(h.ipv4.flags[0:0], h.ipv4.frag, h.ipv4.protocol) {
             (0, 0, IP_TCP): ports; (0, 0, IP_UDP): udp; default: accept;
         }
+    }
+    // IPv6: UDP as the next header, no extension headers (lbpipe's parser does not follow them either).
+    state ipv6 {
+        pk.extract(h.ipv6);
+        transition select(h.ipv6.version, h.ipv6.next_hdr) { (6, IP_UDP): udp; default: accept; }
     }
     state ports { pk.extract(h.ports); transition accept; }
     state udp {
@@ -226,7 +258,13 @@ control ReorderIngress(inout headers_t h, inout meta_t m, inout standard_metadat
                 }
             }
             m.flow = 0;
-            if (h.ipv4.isValid()) {
+            if (!h.tick.isValid() && h.bth.isValid() && h.ipv6.isValid()) {
+                // An IPv6 RoCEv2 frame: the same key in full (both 128-bit addresses and the destination QP, 35
+                // bytes); bmv2's crc16 takes a field list of any width, so no folding of the addresses is needed.
+                hash(m.crc, HashAlgorithm.crc16, (bit<16>)0, { h.ipv6.src, h.ipv6.dst, h.bth.dqpn },
+                     (bit<32>)65536);
+                m.flow = m.crc & m.flow_mask;
+            } else if (h.ipv4.isValid()) {
                 bit<16> sport = 0;
                 bit<16> dport = 0;
                 if (h.ports.isValid()) { sport = h.ports.sport; dport = h.ports.dport; }
@@ -364,8 +402,8 @@ control ReorderCompute(inout headers_t h, inout meta_t m) { apply { } }
 
 control ReorderDeparser(packet_out pk, in headers_t h) {
     apply {
-        pk.emit(h.eth); pk.emit(h.tick); pk.emit(h.ipv4); pk.emit(h.ipv4_opts); pk.emit(h.ports); pk.emit(h.udp);
-        pk.emit(h.bth);
+        pk.emit(h.eth); pk.emit(h.tick); pk.emit(h.vlan_outer); pk.emit(h.vlan_inner); pk.emit(h.ipv4);
+        pk.emit(h.ipv4_opts); pk.emit(h.ipv6); pk.emit(h.ports); pk.emit(h.udp); pk.emit(h.bth);
     }
 }
 

@@ -1222,9 +1222,9 @@ def test_cnm_bmv2_matches_golden(name, tools, compiled):
 
 # -- SELB reordering (selb_reorder.p4) ---------------------------------------------------------------------------------
 
-#: selb-reorder tests (selb_reorder.p4) with the harness header (selb-reorder-bth's frames have none: below).
+#: selb-reorder tests (selb_reorder.p4) with the harness header (the selb-reorder-bth* frames have none: below).
 TESTS_REORDER = [n for n in ALL_TESTS if json.loads((P4 / "sim" / f"test-{n}" / "test.json").read_text())["block"]
-                 == "selb-reorder" and n != "selb-reorder-bth"]
+                 == "selb-reorder" and not n.startswith("selb-reorder-bth")]
 
 
 def _reorder_flow(frame, mask):
@@ -1511,3 +1511,135 @@ def test_reorder_after_selb_tor_bmv2(tools, compiled):
     counters = [int(v) for v in next(line for line in text.splitlines() if "r_stats=" in line).split("=")[1]
                 .split(",")]
     assert counters[1] > 0 and counters[2] > 0 and counters[3:8] == [0] * 5, counters
+
+
+#: No-header tests beyond untagged IPv4 (p4/sim/make_selb_reorder_bth_tests.py): tagged IPv4, and IPv6.
+TESTS_REORDER_FORMS = ["selb-reorder-bth-tags", "selb-reorder-bth-ipv6"]
+
+
+def _selb_reorder_form_item(frame):
+    """A frame without the harness header read again here with scapy, by lbpipe's parser rules for tags and IP
+    (docs/packet_io.md: an outer tag 0x8100 or 0x88A8, an inner 0x8100; IPv4 not a fragment, or IPv6 with UDP as its
+    next header) and selb_reorder.p4's for data (UDP port 4791, BTH TVer 0, a request opcode): ``(key, epoch, tail,
+    PSN)`` for a DATA packet, its key the two addresses and the destination QP as bytes; None for another frame."""
+    import ipaddress
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    at, ether_type = 14, struct.unpack_from("!H", frame, 12)[0]
+    if ether_type in (0x8100, 0x88A8):
+        at, ether_type = 18, struct.unpack_from("!H", frame, 16)[0]
+        if ether_type == 0x8100:
+            at, ether_type = 22, struct.unpack_from("!H", frame, 20)[0]
+    if ether_type == 0x0800:
+        ip = IP(frame[at:])
+        if ip.flags.MF or ip.frag or ip.proto != 17:
+            return None
+        addresses = ipaddress.IPv4Address(ip.src).packed + ipaddress.IPv4Address(ip.dst).packed
+    elif ether_type == 0x86DD:
+        ip = IPv6(frame[at:])
+        if ip.version != 6 or ip.nh != 17:
+            return None
+        addresses = ipaddress.IPv6Address(ip.src).packed + ipaddress.IPv6Address(ip.dst).packed
+    else:
+        return None
+    if ip[UDP].dport != 4791:
+        return None
+    bth = bytes(ip[UDP].payload)[:12]
+    if bth[1] & 15 != 0 or not (bth[0] <= 0x0C or bth[0] in (0x16, 0x17)):
+        return None
+    return addresses + bth[5:8], bth[4] >> 1 & 1, bth[4] & 1, int.from_bytes(bth[9:12], "big")
+
+
+def _selb_reorder_form_expected(name):
+    """Re-derived from the test's input frames alone: each frame read by :func:`_selb_reorder_form_item`, a DATA
+    packet's flow the low bits of this file's CRC16 of its key, the golden model fed the items (``now`` 0: the
+    timeout is out of reach of bmv2's clock). Returns ``(test, expected frames in the golden order, {frame: (class,
+    PSN)}, golden counters)``, a class the flow of a DATA packet, None for the others."""
+    from lbpipe.sim.selb.reorder import Reorder
+    test = p4.load_test(name)
+    mask, n_buffers, depth, tmask, timeout = (int(w) for w in test["commands"][0].split()[3:])
+    model = Reorder(n_flows=mask + 1, n_buffers=n_buffers, depth=depth, time_bits=tmask.bit_length(),
+                    timeout=timeout)
+    out, info = [], {}
+    for tag, frame in enumerate(test["frames"]):
+        got = _selb_reorder_form_item(frame)
+        if got is None:
+            item = {"kind": 0, "tag": tag, "flow": 0, "epoch": 0, "tail": 0, "now": 0}
+            info[frame] = (None, None)
+        else:
+            key, epoch, tail, psn = got
+            flow = _crc16_arc(key) & mask
+            item = {"kind": PacketKind.DATA.value, "tag": tag, "flow": flow, "epoch": epoch, "tail": tail, "now": 0}
+            info[frame] = (flow, psn)
+        out += [test["frames"][res["tag"]] for res in model.step(item)]
+    assert not model.held()
+    return test, out, info, model.stats()
+
+
+#: Worked by hand (make_selb_reorder_bth_tests.py's rows): the input frames' indices in the order they must leave
+#: (each tail followed by the packets its buffer held), the indices held, and the counters (items, held, reorders,
+#: then no timeout, full buffer, second reroute, fallback or stale tail).
+#: bth-tags: A (one C-tag) 0 A0, 2 A1, 3 A4 early, 6 A5, 9 A2 old path, 10 A3 tail, 16 A6; B (S-tag, C-tag) 1, 5 B2
+#: early, 15 B1 tail, 20; C (a lone S-tag) 7, 12 C2 early, 18 C1 tail, 21; D (two C-tags) 13, 17 D2 early, 19 D1 tail,
+#: 22; passing: 4 (three tags), 8 (an inner S-tag), 11 (TPID 0x9100), 14 (an ACK marked epoch 1 and tail).
+#: bth-ipv6: P (untagged) 0, 2 P2 early, 6 P3, 8 P1 tail, 16; Q (P's addresses, another QP) 1, 4, 9, 17 in order;
+#: R (one C-tag) 5, 7 R2 early, 12 R1 tail, 18; S (S-tag, C-tag) 11, 13 S2 early, 15 S1 tail, 19; passing: 3 (a
+#: hop-by-hop header), 10 (TCP), 14 (version 4).
+REORDER_FORMS = {
+    "selb-reorder-bth-tags": ([0, 1, 2, 4, 7, 8, 9, 10, 3, 6, 11, 13, 14, 15, 5, 16, 18, 12, 19, 17, 20, 21, 22],
+                              {3, 5, 6, 12, 17}, [23, 5, 4, 0, 0, 0, 0, 0]),
+    "selb-reorder-bth-ipv6": ([0, 1, 3, 4, 5, 8, 2, 6, 9, 10, 11, 12, 7, 14, 15, 13, 16, 17, 18, 19],
+                              {2, 6, 7, 13}, [20, 4, 3, 0, 0, 0, 0, 0])}
+
+
+@pytest.mark.parametrize("name", TESTS_REORDER_FORMS)
+def test_selb_reorder_forms_stored_files(name):
+    """packets_out.pcap, test.json's counters and commands.txt are what this file re-derives from packets_in.pcap,
+    and the order and counters are the hand-worked ones; lbpipe's parser golden model (sim/packet/parser.py) finds
+    DATA in exactly the frames read as DATA here, with the same destination QP and PSN; each flow's PSNs leave in
+    sequence; the flows have distinct indices; lbpipe/p4.py's classes (what `lbpipe p4 test` compares by) are this
+    file's flows."""
+    test, out, info, stats = _selb_reorder_form_expected(name)
+    order, held, hand_stats = REORDER_FORMS[name]
+    assert test["commands"] == p4.selb_reorder_commands(test["params"])
+    assert out == [test["frames"][i] for i in order] == test["expected"]
+    assert stats == hand_stats == json.loads((test["dir"] / "test.json").read_text())["stats"]
+    assert stats[1] == len(held)
+    for i, frame in enumerate(test["frames"]):
+        meta = parse(frame)
+        assert (meta["kind"] == PacketKind.DATA.value) == (info[frame][0] is not None), f"frame {i}"
+        if info[frame][0] is not None:
+            key = _selb_reorder_form_item(frame)[0]
+            half = (len(key) - 3) // 2
+            assert (meta["src_ip"], meta["dst_ip"], meta["dqpn"], meta["psn"]) == (
+                int.from_bytes(key[:half], "big"), int.from_bytes(key[half:-3], "big"),
+                int.from_bytes(key[-3:], "big"), info[frame][1]), f"frame {i}"
+    flows = {}
+    for f in out:
+        if info[f][0] is not None:
+            flows.setdefault(info[f][0], []).append(info[f][1])
+    assert all(psns == list(range(len(psns))) for psns in flows.values()), flows
+    assert len(flows) == 4
+    assert p4.selb_reorder_classes(test["frames"], test["params"]["n_flows"]) == [info[f][0] for f in test["frames"]]
+
+
+@pytest.mark.parametrize("name", TESTS_REORDER_FORMS)
+def test_selb_reorder_forms_bmv2(name, tools, compiled):
+    """bmv2 runs selb_reorder.p4 on tagged IPv4 and on IPv6 RoCEv2 frames marked in the BTH: every frame leaves
+    unchanged, each flow's in the golden (and hand-worked) order, so its PSNs in sequence, the frames the program
+    does not take in their arrival order; the counters are the golden model's, no release record lost; and `lbpipe p4
+    test`'s comparison (lbpipe/p4.py compare) accepts the output."""
+    test, expected, info, stats = _selb_reorder_form_expected(name)
+    out, text = p4.run_switch(compiled[P4 / "selb_reorder.p4"], test["frames"], test["commands"], tools=tools,
+                              expect=len(expected), after=["register_read r_stats"])
+    assert len(out) == len(expected), f"{len(out)} frames out of bmv2, {len(expected)} expected"
+    assert sorted(out) == sorted(expected), "bmv2 sent other frames than came in"
+    for c in {info[f][0] for f in expected}:
+        got = [test["frames"].index(f) for f in out if info[f][0] == c]
+        want = [test["frames"].index(f) for f in expected if info[f][0] == c]
+        assert got == want, f"flow {c}: left as frames {got}, golden {want}"
+    counters = [int(v) for v in next(line for line in text.splitlines() if "r_stats=" in line).split("=")[1]
+                .split(",")]
+    assert counters[:8] == stats == REORDER_FORMS[name][2] and counters[10] == 0, counters
+    assert counters[8] > 0, "held packets circulate"
+    assert p4.compare("selb-reorder", test["params"], [], test["expected"], out) is None
