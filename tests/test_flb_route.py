@@ -3,8 +3,10 @@ flow, strict window, back-to-back packets of one flow at distances 1 to 3, isola
 time wraparound, out-of-range items and commands) on the golden model and on the RTL, the window's ``margin``
 worked by hand at 0, 1 and 2 ticks (the boundary difference gap - 1, short gaps, an isolated path), the RTL against an
 independent re-derivation of Algorithm 1 written here (with idle input and back-pressure), control commands racing
-back-to-back lookups, one packet per clock measured, and the multi-bank build (16,384 flows: 8 stamp banks, 2 path
-banks) on flows that share their low address bits.
+back-to-back lookups, one packet per clock measured, the multi-bank build (16,384 flows: 8 stamp banks, 2 path
+banks) on flows that share their low address bits, and the builds beyond 8 paths (the choice over S5 and S5b,
+latency 8) on back-to-back packets of one flow at distances 1 to 4 behind a path change, with their logic levels
+(synthesis profile).
 
 Expected values come from the hand-worked comments or from :func:`algorithm1` below, written from the paper's
 Algorithm 1 and the datasheet's choices, never from lbpipe.sim.flb."""
@@ -361,6 +363,86 @@ def test_rtl_reset_state_odd_table():
     run_rtl("flb-route", P5, route_trace(21, 400, **P5), testcase="reset_state", seed=2)
 
 
+# -- more than 8 paths: the choice over two stages (S5, S5b), latency 8 ---------------------------------------------
+# The datasheet: beyond 8 paths the winners are registered at S5 and the per-path choice made at S5b, one cycle
+# more; the path table read moves from S3 to S4 so that its three writes in flight stay those of S7, S8 and S9.
+
+def many_paths_trace(seed, n_paths, n_items=400):
+    """Packets of 6 flows to 3 destinations, one packet a clock with no command between them (the pipeline never
+    drains): rounds over a few distinct flows (1 to 5), so a flow's packets follow each other at distances 1 to 5.
+    In most packets' clocks an ``upd`` keeps the ranking moving: half of the delay updates raise or lower the
+    fastest path of the packet's destination (by the delays written here, isolation aside), where the flows sit,
+    so they keep rerouting; some masks, some updates of another destination. Every ``upd`` event sits right before
+    a packet: one clock each."""
+    rng = random.Random(seed)
+    delays = [[rng.randrange(40) for p in range(n_paths)] for d in range(3)]
+    ev = [_delay(d, p, delays[d][p]) for d in range(3) for p in range(n_paths)]
+    flows = {f: f % 3 for f in (2, 7, 11, 13, 14, 15)}
+    now, n = 5, 0
+    while n < n_items:
+        group = rng.sample(sorted(flows), rng.choice([1, 1, 1, 2, 2, 3, 4, 5]))
+        for flow in group * rng.randrange(2, 6):
+            dest = flows[flow]
+            now = (now + rng.choice([0, 2, 5, 10, 20])) % 1024
+            r = rng.random()
+            if r < 0.7:
+                fastest = min(range(n_paths), key=lambda q: delays[dest][q])
+                path = fastest if rng.random() < 0.5 else rng.randrange(n_paths)
+                delays[dest][path] = rng.randrange(40)
+                ev.append(_upd_delay(dest, path, delays[dest][path]))
+            elif r < 0.75:
+                ev.append(_upd_iso(dest, rng.choice([0, 0, 1 << rng.randrange(n_paths), rng.randrange(1 << n_paths)])))
+            elif r < 0.8:
+                other, path = (dest + 1) % 3, rng.randrange(n_paths)
+                delays[other][path] = rng.randrange(40)
+                ev.append(_upd_delay(other, path, delays[other][path]))
+            ev.append(_pkt(flow, dest, now, n))
+            n += 1
+    return ev
+
+
+def _forwarded(ev, want):
+    """Per distance 1 to 4 (in clocks: one packet a clock), how many packets follow, at that distance, a packet of
+    their flow that changed the flow's path (new on another path, or rerouted): those whose current path a stale
+    path table read would get wrong."""
+    items = [e["item"] for e in ev if "item" in e]
+    last, held, count = {}, {}, {1: 0, 2: 0, 3: 0, 4: 0}
+    for k, (it, (path, _, _, ok)) in enumerate(zip(items, want)):
+        f = it["flow"]
+        if f in last and k - last[f][0] in count and last[f][1]:
+            count[k - last[f][0]] += 1
+        if ok:
+            last[f] = (k, held.get(f) != path)
+            held[f] = path
+    return count
+
+
+PM = dict(n_flows=16, n_dests=3, time_bits=10, delay_bits=6, timeout=100, upd=True)
+
+
+@pytest.mark.parametrize("n_paths", [12, pytest.param(16, marks=pytest.mark.skipif(
+    not FULL, reason="16 paths: a long Icarus build, LBPIPE_FULL=1"))])
+def test_rtl_many_paths_back_to_back(n_paths):
+    """12 and 16 paths (S5b built, latency 8): the trace above through the RTL against the golden model (every
+    output, its cycle and the latency, checked by the testbench) and against :func:`algorithm1`; the trace holds
+    at least 12 packets at each distance 1 to 4 behind a path change of their flow."""
+    params = dict(PM, n_paths=n_paths)
+    assert RouteRTL(**params).latency == 8 and RouteRTL.latency == 7
+    ev = many_paths_trace(50 + n_paths, n_paths)
+    want = algorithm1(ev, **params)
+    assert min(_forwarded(ev, want).values()) >= 12, _forwarded(ev, want)
+    assert sum(r[2] for r in want) >= 100
+    out = run_rtl("flb-route", params, ev)
+    assert _fields(out) == want
+
+
+@pytest.mark.parametrize("testcase", ["reset_mid_traffic", "reset_state"])
+def test_rtl_many_paths_reset(testcase):
+    """12 paths (S5b built): a reset in mid-traffic empties S5b with the rest of the pipeline (the generic tests,
+    the RTL against the golden model's documented reset)."""
+    params = dict(PM, n_paths=12)
+    run_rtl("flb-route", params, many_paths_trace(7, 12), testcase=testcase, idle=0.2, backpressure=0.3, seed=2)
+
 
 # -- the default multi-bank build: 16,384 flows ------------------------------------------------------------------------
 # A stamp entry (valid + 16-bit stamp) is 17 bits: one RAMB36 holds 2,048 of them (18-bit wide), so 16,384 flows are
@@ -534,3 +616,18 @@ def test_rtl_upd_against_the_rederivation(idle, backpressure):
 def test_rtl_upd_reset(testcase):
     """Reset in mid-traffic with updates: the generic tests (RTL against the golden model; the tables kept)."""
     run_rtl("flb-route", PU, route_trace(23, 400, **PU), testcase=testcase, idle=0.2, backpressure=0.3, seed=2)
+
+
+# -- synthesis (LBPIPE_SYNTH=1) ----------------------------------------------------------------------------------------
+
+@pytest.mark.synthesis
+def test_synthesis_logic_levels_16_paths(tmp_path):
+    """The 16-path core (4,096 flows, as the datasheet's "Logic depth by n_paths" rows) within the 6-level budget:
+    the choice split over S5 and S5b. About two to four minutes of Yosys."""
+    from lbpipe.synth import synthesize
+
+    report = synthesize(RouteRTL(n_paths=16, n_flows=4096), name="flb_route", workdir=tmp_path / "flb_route",
+                        wrapped=False)
+    print({key: report[key] for key in ("lut", "ff", "carry8", "logic_levels", "seconds")})
+    assert report["logic_levels"] <= 6, report["critical_path"]
+    assert report["unregistered_ram"]["ports"] == []

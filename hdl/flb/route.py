@@ -15,7 +15,7 @@ packet moves to the fastest path ``p'`` outside the isolated set with ``0 < dela
 margin``, else stays (``margin`` 0: the paper's ``< dt``; 1: no reordering from the tick rounding, datasheet "Tick
 rounding and margin").
 
-Pipeline (one register stage per cycle, all moved by one ``adv``; latency 7)::
+Pipeline (one register stage per cycle, all moved by one ``adv``; latency 7, 8 with more than 8 paths)::
 
     S0 accept        S1          S2            S3              S4              S5               S6 compute  S7 out
     i or ctl ------> RAM data -> stamp bank -> gap, pairwise -> window and  -> per current   -> forward,  -> o
@@ -29,7 +29,10 @@ time stamp: the table stores the tick of the flow's previous packet and the gap 
 flow one clock later already reads it: no forwarding. Only the path is computed late; the path table is read at
 S3 and written at S6, and the three operations between are forwarded from their result registers (S7, S8, S9).
 Every decision that depends on the current path is computed for all ``n_paths`` possible current paths at S5, so
-S6 only picks one. The flow tables are banks of one block RAM each; every memory output goes straight into a
+S6 only picks one. Beyond 8 paths the winners (an AND over ``n_paths - 1`` order bits per candidate, then an
+encoder) do not fit one stage: S5 registers them one-hot and a stage S5b encodes them and makes the per-path choice
+(latency 8); the path table read then moves to S4, so that the writes in flight between read and write are still
+the three of S7, S8 and S9. The flow tables are banks of one block RAM each; every memory output goes straight into a
 register, and the bank select comes one stage after it.
 
 Choices where the paper is silent (all in the datasheet): time stamps instead of an aging counter (aliasing
@@ -55,6 +58,7 @@ TABLE_DELAY = 0     # index = dest << 4 | path, data = queueing delay in ticks (
 TABLE_ISOLATE = 1   # index = dest, data = isolated-path mask (bit p: path p; < 2**n_paths)
 PATH_FIELD_BITS = 4  # the path's field in a delay command's index
 MARGIN = 0          # ticks taken off the reroute window (datasheet "Tick rounding and margin"): the paper's
+SPLIT_ABOVE = 8     # more paths than this: the choice over two stages (S5, S5b), latency 8 (datasheet "Pipeline")
 
 
 def _bits(n):
@@ -117,9 +121,9 @@ def _below(value, limit):
     return high & (value[:b] < limit)
 
 
-def _winner(m, name, members, beats, n):
+def _one_hot(m, name, members, beats, n):
     """One-hot: the member that beats every other member (``beats[a][b]``: a is no slower than b, ties to the
-    lower index), encoded; and whether the set is non-empty."""
+    lower index); all zero when there is no member."""
     one_hot = []
     for a in range(n):
         terms = [~members[b] | beats[a][b] for b in range(n) if b != a]
@@ -129,6 +133,11 @@ def _winner(m, name, members, beats, n):
             andall = andall & t
         m.d.comb += w.eq(members[a] & andall)
         one_hot.append(w)
+    return one_hot
+
+
+def _encode(m, name, one_hot, n):
+    """The index of the one-hot bit set (0 when none is)."""
     pb = _bits(n)
     enc = Signal(pb, name=f"{name}_enc")
     m.d.comb += enc.eq(0)
@@ -138,7 +147,12 @@ def _winner(m, name, members, beats, n):
         for t in terms:
             v = v | t
         m.d.comb += enc[bit].eq(v)
-    return enc, members.any()
+    return enc
+
+
+def _winner(m, name, members, beats, n):
+    """The fastest member (:func:`_one_hot`), encoded; and whether the set is non-empty."""
+    return _encode(m, name, _one_hot(m, name, members, beats, n), n), members.any()
 
 
 #: Depth of one RAMB36 in simple dual-port mode by data width: a flow table is split into banks of this depth, so
@@ -233,6 +247,12 @@ class Route(wiring.Component):
         the same clock as an update or later sees it (forwarded from S0 to S2 for the same clock).
     ctl : In(ControlSignature())
         Path delays (table 0) and isolated-path sets (table 1), datasheet "Control tables".
+
+    Attributes
+    ----------
+    latency : int
+        Cycles from a packet taken on ``i`` to its result on ``o``: 7 (the class attribute, every build up to 8
+        paths), 8 on an instance with ``n_paths`` > 8 (the choice over two stages, S5 and S5b).
     """
 
     latency = 7
@@ -245,6 +265,10 @@ class Route(wiring.Component):
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                          delay_bits=delay_bits, timeout=timeout, margin=margin)
         self._nf, self._nd, self._n = n_flows, n_dests, n_paths
+        # beyond 8 paths the winners and the per-path choice take two stages (S5, S5b): one cycle more
+        self._split = n_paths > SPLIT_ABOVE
+        if self._split:
+            self.latency = Route.latency + 1
         self._tb, self._db, self._timeout, self._margin = time_bits, delay_bits, timeout, margin
         self._fb, self._pb = _bits(n_flows), _bits(n_paths)
         self._item = RouteItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits)
@@ -268,11 +292,12 @@ class Route(wiring.Component):
 
     def elaborate(self, platform):
         """The datasheet's block diagram: memories, reset sweep, S0 -> S1 -> ... -> S7 (-> S8, S9 kept for
-        forwarding)."""
+        forwarding), with S5b between S5 and S6 beyond 8 paths."""
         m = Module()
         mem = self._memories(m)
         adv = Signal()
-        s = {n: _Stage(n, self._item) for n in ("s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9")}
+        names = ("s1", "s2", "s3", "s4", "s5") + (("s5b",) if self._split else ()) + ("s6", "s7", "s8", "s9")
+        s = {n: _Stage(n, self._item) for n in names}
         self._busy = Signal(init=1, name="sweep_busy")
         sweep = self._sweep(m, mem["st"])
         m.d.comb += adv.eq(~s["s7"].valid | self.o.ready)
@@ -281,8 +306,12 @@ class Route(wiring.Component):
         ram = self._select_stage(m, adv, s, ram)
         gap, diff, elig, valid4 = self._difference_stage(m, adv, mem, s, ram)
         win, beats, exist5, elig5, pregs = self._window_stage(m, adv, mem, s, gap, diff, elig, valid4)
-        cand, newp, exist6, fsel, pmem = self._choice_stage(m, adv, mem, s, win, beats, exist5, elig5, pregs)
-        self._compute_stage(m, adv, mem, s, cand, newp, exist6, fsel, pmem)
+        if self._split:
+            choice = self._winner_stage(m, adv, mem, s, win, beats, exist5, elig5)
+        else:
+            choice = self._winners(m, win, beats, elig5) + (exist5, elig5, pregs, s["s5"])
+        cand, newp, exist6, fsel, pmem, moved = self._choice_stage(m, adv, mem, s, *choice)
+        self._compute_stage(m, adv, mem, s, cand, newp, exist6, fsel, pmem, moved)
         return m
 
     def _memories(self, m):
@@ -417,11 +446,12 @@ class Route(wiring.Component):
     def _difference_stage(self, m, adv, mem, s, ram):
         """S3: the gap ``now - stamp`` (mod 2**time_bits), the window's bound ``gap - margin`` (mod 2**time_bits;
         ``gap`` itself when ``margin`` is 0) and every ordered pair's delay difference ``delay(p) - delay(q)`` (one
-        sign bit more). Issues the path table read (every bank). Loads S4."""
+        sign bit more). Issues the path table read (every bank; at S4 instead when S5b is built). Loads S4."""
         st3, d3, elig = ram
         n, db = self._n, self._db
         s3 = s["s3"]
-        mem["pt"].read(m, s3.item.flow, adv)
+        if not self._split:
+            mem["pt"].read(m, s3.item.flow, adv)
         gap = Signal(self._tb, name="s4_gap")
         bound = gap
         if self._margin:
@@ -447,14 +477,19 @@ class Route(wiring.Component):
         delay(q) < gap - margin`` (q is faster and may take p's flow without reordering), when p is isolated, safe
         ``delay(p) - delay(q) < 0`` or ``< gap - margin`` (q may take it without reordering); the order bit
         (``beats[a][b]``: a no slower than b, ties to the lower index); whether the flow exists (a valid stamp less
-        than ``timeout`` ticks old); the path banks' read data registered. Loads S5."""
+        than ``timeout`` ticks old); the path banks' read data registered (when S5b is built: the path table read
+        issued here instead, three stages before its write as without S5b). Loads S5."""
         n, db = self._n, self._db
         gap, bound = gap
         win = {}
         beats = [[None] * n for _ in range(n)]
         exist5 = Signal(name="s5_exist")
         elig5 = Signal(n, name="s5_eligible")
-        pregs = mem["pt"].registers(m, adv, "s5_path_bank")
+        if self._split:
+            mem["pt"].read(m, s["s4"].item.flow, adv)
+            pregs = None
+        else:
+            pregs = mem["pt"].registers(m, adv, "s5_path_bank")
         # gap < margin: the bound gap - margin is negative (it wrapped), so no difference >= 0 is below it
         short = _below(gap, self._margin) if self._margin else None
         with m.If(adv):
@@ -476,35 +511,82 @@ class Route(wiring.Component):
             m.d.sync += s["s5"].carry(s["s4"])
         return win, beats, exist5, elig5, pregs
 
-    def _choice_stage(self, m, adv, mem, s, win, beats, exist5, elig5, pregs):
-        """S5: the new-flow path (the fastest eligible path) and, for every possible current path ``p``, the path
-        an existing flow on ``p`` takes: when ``p`` is not eligible (isolated), the fastest eligible safe path,
-        else the new-flow path; when it is, the fastest eligible path in ``p``'s window, else ``p``. The addressed
-        path bank selected. S5's flow matched against the operations that will sit in S7, S8 and S9 when it
-        computes (the newest match encoded). Loads S6."""
-        n, pb = self._n, self._pb
-        s5, s6, s7, s8 = s["s5"], s["s6"], s["s7"], s["s8"]
+    def _members(self, win, p):
+        """The member bits of current path ``p`` (S4: its window when ``p`` is eligible, its safe set when not)."""
+        return Cat(*[win[p, q] if q != p else C(0, 1) for q in range(self._n)])
+
+    def _winners(self, m, win, beats, elig5):
+        """S5's combinational winners: the new-flow path (the fastest eligible path), and for every possible
+        current path ``p`` the fastest of its member bits, encoded, with whether it has any."""
+        n = self._n
         newp, _ = _winner(m, "s5_new", elig5, beats, n)
+        decs, founds = [], []
+        for p in range(n):
+            dec, found = _winner(m, f"s5_p{p}", self._members(win, p), beats, n)
+            decs.append(dec)
+            founds.append(found)
+        return newp, decs, founds
+
+    def _winner_stage(self, m, adv, mem, s, win, beats, exist5, elig5):
+        """S5 when ``n_paths`` > 8 (S5b built): the winners one-hot (the new-flow path's, and for every possible
+        current path ``p`` the fastest of its member bits), registered; S5b encodes them, so that neither stage
+        holds both the ``n_paths``-wide AND and the encoder. The path banks' read data registered. Loads S5b and
+        returns S5b's encoded winners and whether each has any."""
+        n = self._n
+        sets = [("new", elig5)] + [(f"p{p}", self._members(win, p)) for p in range(n)]
+        regs = []
+        for key, members in sets:
+            oh = _one_hot(m, f"s5_{key}", members, beats, n)
+            reg = Signal(n, name=f"s5b_{key}_one_hot")
+            with m.If(adv):
+                m.d.sync += reg.eq(Cat(*oh))
+            regs.append(reg)
+        exist_r = Signal(name="s5b_exist")
+        elig_r = Signal(n, name="s5b_eligible")
+        pregs = mem["pt"].registers(m, adv, "s5b_path_bank")
+        with m.If(adv):
+            m.d.sync += [exist_r.eq(exist5), elig_r.eq(elig5)]
+            m.d.sync += s["s5b"].carry(s["s5"])
+        newp = _encode(m, "s5b_new", regs[0], n)
+        decs = [_encode(m, f"s5b_p{p}", r, n) for p, r in enumerate(regs[1:])]
+        # a one-hot register is zero exactly when its set was empty
+        founds = [r.any() for r in regs[1:]]
+        return newp, decs, founds, exist_r, elig_r, pregs, s["s5b"]
+
+    def _choice_stage(self, m, adv, mem, s, newp, decs, founds, exist5, elig5, pregs, here):
+        """S5 (S5b when ``n_paths`` > 8): for every possible current path ``p``, the path an existing flow on ``p``
+        takes: when ``p`` is not eligible (isolated), the fastest eligible safe path, else the new-flow path; when
+        it is, the fastest eligible path in ``p``'s window, else ``p``. The addressed path bank selected. The flow
+        matched against the operations that will sit in S7, S8 and S9 when it computes (the newest match encoded).
+        With S5b, whether the flow exists is folded in here (each candidate is the decision itself, the new-flow
+        path when the flow is new) and each candidate's ``rerouted`` is formed, so that S6 is one multiplexer by
+        the current path. Loads S6."""
+        n, pb = self._n, self._pb
+        s6, s7, s8 = s["s6"], s["s7"], s["s8"]
         cand = [Signal(pb, name=f"s6_cand{p}") for p in range(n)]
         newp6 = Signal(pb, name="s6_newp")
         exist6 = Signal(name="s6_exist")
         fsel = Signal(2, name="s6_fwd")
         pmem = Signal(pb, name="s6_path_mem")
-        picks = []
-        for p in range(n):
-            # one winner per p over its member bits (S4: the window when p is eligible, the safe set when not)
-            members = Cat(*[win[p, q] if q != p else C(0, 1) for q in range(n)])
-            dec, found = _winner(m, f"s5_p{p}", members, beats, n)
-            picks.append(Mux(found, dec, Mux(elig5[p], p, newp)))
-        hits = [o.valid & o.ok & (o.item.flow == s5.item.flow) for o in (s6, s7, s8)]
+        picks = [Mux(founds[p], decs[p], Mux(elig5[p], p, newp)) for p in range(n)]
+        moved = None
+        if self._split:
+            # S6's decision and rerouted bit for current path p, and (s6_newp) for a current path >= n_paths, as
+            # the unfolded S6 would form them: a new flow takes newp; an existing flow on p >= n_paths, path 0
+            moved = Signal(n, name="s6_moved")
+            with m.If(adv):
+                m.d.sync += [moved[p].eq(exist5 & (v != p)) for p, v in enumerate(picks)]
+            picks = [Mux(exist5, v, newp) for v in picks]
+            newp = Mux(exist5, 0, newp)
+        hits = [o.valid & o.ok & (o.item.flow == here.item.flow) for o in (s6, s7, s8)]
         with m.If(adv):
             m.d.sync += [c.eq(v) for c, v in zip(cand, picks)]
-            m.d.sync += [newp6.eq(newp), exist6.eq(exist5), pmem.eq(mem["pt"].select(pregs, s5.item.flow)),
+            m.d.sync += [newp6.eq(newp), exist6.eq(exist5), pmem.eq(mem["pt"].select(pregs, here.item.flow)),
                          fsel.eq(Mux(hits[0], 1, Mux(hits[1], 2, Mux(hits[2], 3, 0))))]
-            m.d.sync += s6.carry(s5)
-        return cand, newp6, exist6, fsel, pmem
+            m.d.sync += s6.carry(here)
+        return cand, newp6, exist6, fsel, pmem, moved
 
-    def _compute_stage(self, m, adv, mem, s, cand, newp, exist, fsel, pmem):
+    def _compute_stage(self, m, adv, mem, s, cand, newp, exist, fsel, pmem, moved):
         """S6: the flow's current path (the newest of S7's, S8's and S9's results for the same flow, else the path
         table's registered read); the decision picked by it; write the path table. Loads S7 (the output register)
         and shifts S7 -> S8 -> S9 (result registers kept for forwarding)."""
@@ -513,15 +595,22 @@ class Route(wiring.Component):
         paths = [Signal(pb, name=f"s{k}_path") for k in (7, 8, 9)]
         cur = Signal(pb, name="s6_current")
         m.d.comb += cur.eq(Array([pmem] + paths)[fsel])
-        table = cand + [C(0, pb)] * ((1 << pb) - n)
         picked = Signal(pb, name="s6_picked")
-        m.d.comb += picked.eq(Mux(exist, Array(table)[cur], newp))
+        if moved is None:
+            table = cand + [C(0, pb)] * ((1 << pb) - n)
+            m.d.comb += picked.eq(Mux(exist, Array(table)[cur], newp))
+            rer = s6.ok & exist & (picked != cur)
+        else:
+            # S5b folded the flow's existence in: the decision is the candidate of the current path
+            pad = (1 << pb) - n
+            m.d.comb += picked.eq(Array(cand + [newp] * pad)[cur])
+            rer = s6.ok & Array(list(moved) + [exist] * pad)[cur]
         mem["pt"].write(m, s6.item.flow, picked, adv & s6.valid & s6.ok)
         new7, rer7 = Signal(name="s7_new"), Signal(name="s7_rerouted")
         with m.If(adv):
             m.d.sync += s7.carry(s6) + s8.carry(s7) + s9.carry(s8)
             m.d.sync += [paths[0].eq(Mux(s6.ok, picked, 0)), paths[1].eq(paths[0]), paths[2].eq(paths[1])]
-            m.d.sync += [new7.eq(s6.ok & ~exist), rer7.eq(s6.ok & exist & (picked != cur))]
+            m.d.sync += [new7.eq(s6.ok & ~exist), rer7.eq(rer)]
         o = self.o.payload
         m.d.comb += [self.o.valid.eq(s7.valid),
                      o.kind.eq(s7.item.kind), o.flow.eq(s7.item.flow), o.dest.eq(s7.item.dest),
