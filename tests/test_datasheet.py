@@ -44,6 +44,7 @@ DATASHEET_LATENCY = {
     "selb-reroute": 7,      # docs/selb_reroute.md: "7 cycles"
     "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
     "selb-tx-wire": 51,     # docs/selb_tx_wire.md: "51 cycles (cut-through ...)" first beat in to first beat out
+    "flb-tx-wire": 57,      # docs/flb_tx_wire.md: "57 cycles (cut-through ...)" first beat in to first beat out
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -70,6 +71,7 @@ DATASHEET_LEVELS = {
     "selb-reroute": 6,      # docs/selb_reroute.md: 6 core, 5 top
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
     "selb-tx-wire": 6,      # docs/selb_tx_wire.md: 6, core and top
+    "flb-tx-wire": 6,       # docs/flb_tx_wire.md: 6, core and top
 }
 
 

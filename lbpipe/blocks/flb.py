@@ -3,7 +3,8 @@ decision (rerouting without reordering, Algorithm 1, with the isolated paths of 
 edge switch's one-way-delay measurement and piggyback (section 3.1; docs/flb_owd.md) and congestion detection (CNM,
 sections 3.2, 3.3; docs/flb_cnm.md); and the source edge switch's congested-flow isolation table (sections 3.2, 3.3;
 docs/flb_isolate.md); and every switch's per-flow previous-hop MAC that sends CNMs back hop by hop in routed networks
-(section 3.2, "CNM construction"; docs/flb_prevhop.md)."""
+(section 3.2, "CNM construction"; docs/flb_prevhop.md); and the source edge switch in the wire, flb-isolate and
+flb-route between the parser and the deparser (docs/flb_tx_wire.md)."""
 
 from .base import Block, Param, load  # noqa: F401
 
@@ -261,4 +262,51 @@ BLOCKS.append(Block(
     doc="docs/flb_prevhop.md",
     paper={"flow entry (section 3.4)": "16 + 8 + 8 + 48 bits; 0.1 MB SRAM for the flow table (Tofino)"},
     report_extra=_prevhop_extra,
+))
+
+# -- the source edge switch in the wire (flb-tx-wire) -----------------------------------------------------------------
+
+
+def _tx_wire_extra(params, component):
+    return {
+        "Latency": f"{component.latency} cycles from a frame's first beat in to its first beat out (cut-through), "
+                   f"one beat per clock at every frame size (lbpipe bench flb-tx-wire)",
+        "Mask filter": f"{component.memory_bits} bits ({params['n_dests']} x (known, {params['n_paths']}-bit set)), "
+                       f"beside flb-route's and flb-isolate's tables",
+        "Paper (Table 1, Tofino)": "FLB as a whole: 5.82% match crossbar, 5.87% hash bits, 9.56% gateway, 4.12% "
+                                   "SRAM, 3.34% VLIW actions, 8.2% ALU (not comparable cell by cell)",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-tx-wire",
+    summary="FLB source edge switch in the wire: parser -> flb-isolate -> isolated-path set filter -> flb-route -> "
+            "deparser (path into the UDP source port's low bits, ICRC updated); CNMs on cnm, piggybacked delays on "
+            "dly, or both through ctl; 512-bit AXI4-Stream",
+    paper_ref="FLB, sections 3.1, 3.2, 3.4, Algorithm 1, on RoCEv2 frames",
+    params=[
+        Param("n_flows", 65536, "flb-route's flow table and flb-isolate's flow range (flow = the parser's flow "
+                                "hash, low bits), a power of two, 2 to 2**20"),
+        Param("n_dests", 16, "destination edge switches, 1 to 256"),
+        Param("n_paths", 8, "paths per destination, 2 to 16"),
+        Param("n_slots", 8, "flb-isolate's isolated flows at once, 1 to 8"),
+        Param("n_ports", 8, "congestion points per destination edge (flb-cnm's ports), 1 to 32"),
+        Param("time_bits", 16, "width of now, 4 to 32"),
+        Param("delay_bits", 16, "width of a path's queueing delay, 4 to 32"),
+        Param("timeout", 4096, "flb-route: ticks after which an idle flow is new again (paper: 1 ms)"),
+        Param("release", 4096, "flb-isolate: ticks of inactivity after which an isolated flow is released"),
+        Param("margin", 0, "flb-route's margin: ticks taken off the reroute window (1: never ahead, for RoCE)"),
+        Param("dest_shift", 8, "lowest bit of the destination edge switch in the destination address"),
+        Param("tick_cycles", 64, "clocks per tick of now after reset (64: 256 ns at 250 MHz), 0 stops it"),
+        Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+    ],
+    build=load("lbpipe.hdl.flb.wire:FlbTxWire"),
+    golden=load("lbpipe.sim.flb.wire:FlbTxWireModel"),
+    golden_ref="lbpipe.sim.flb.wire:FlbTxWireModel",
+    tb_module="lbpipe.tb.flb.test_wire",
+    doc="docs/flb_tx_wire.md",
+    interface="packet",
+    pcap_trace="lbpipe.tb.flb.test_wire:pcap_trace",
+    paper={"Table 1 (Tofino, FLB as a whole)": "5.82% crossbar, 5.87% hash bits, 9.56% gateway, 4.12% SRAM"},
+    report_extra=_tx_wire_extra,
 ))
