@@ -116,7 +116,7 @@ class FlbTxWire(wiring.Component):
     stats : Out(32 * 14)
     """
 
-    #: The side FIFO: every frame's fields, from the first stage to the join; flb-route's output FIFO (and the
+    #: The side FIFO: every frame's fields, from the first stage to the join; flb-route's output ring (and the
     #: packets allowed between O and the join).
     SIDE_DEPTH, ROUTE_OUT_DEPTH = 32, 16
 
@@ -362,7 +362,7 @@ class FlbTxWire(wiring.Component):
         return head
 
     def _join(self, m, route, side, deparser, dec):
-        """flb-route's result through a FIFO it never waits on (``route.o.ready`` is 1: :meth:`_credits`), beside
+        """flb-route's result through a ring it never waits on (``route.o.ready`` is 1: :meth:`_credits`), beside
         the side FIFO's head, into the deparser's action:
         for an FLB frame with a route, the port's low bits become the path (XOR with the old ones): flb-isolate's
         isolation path for an isolated flow (the tag's), else flb-route's. Returns the "no route" count enable."""
