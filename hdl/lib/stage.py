@@ -70,3 +70,19 @@ class RegisterBanks:
 
     def __getitem__(self, at):
         return self.banks[at]
+
+
+def tick_clock(m, name, time_bits, tick_cycles):
+    """A wire's clock: ``now`` (``time_bits``) steps once every ``period`` clocks (``period`` 0: stopped; reset value
+    ``tick_cycles``), counted by a prescaler ``pre``. Returns ``(now, period, pre)``: a control command sets ``now``
+    directly, or ``period`` with ``pre`` 0 so the next tick is one clock away."""
+    now = Signal(time_bits, name=name)
+    period = Signal(16, init=tick_cycles, name=f"{name}_tick_period")
+    pre = Signal(16, name=f"{name}_tick_pre")
+    step = Signal(name=f"{name}_tick_step")
+    m.d.comb += step.eq((period != 0) & (pre == 0))
+    with m.If(step):
+        m.d.sync += [pre.eq(period - 1), now.eq(now + 1)]
+    with m.Elif(pre != 0):
+        m.d.sync += pre.eq(pre - 1)
+    return now, period, pre

@@ -33,7 +33,7 @@ from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
-from lbpipe.hdl.lib.stage import counter32, register_slice
+from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.selb.cluster import (N_STATS as N_CLUSTER_STATS, Cluster, ClusterSample,
@@ -170,17 +170,8 @@ class SelbTxWire(wiring.Component):
 
     def _clock(self, m):
         """``now``, stepped when the prescaler has counted ``period`` clocks (``period`` 0: stopped)."""
-        now = Signal(self._tb, name="now")
-        period = Signal(16, init=self._tick, name="tick_period")
-        pre = Signal(16, name="tick_pre")
-        step = Signal(name="tick_step")
-        m.d.comb += step.eq((period != 0) & (pre == 0))
-        with m.If(step):
-            m.d.sync += [pre.eq(period - 1), now.eq(now + 1)]
-        with m.Elif(pre != 0):
-            m.d.sync += pre.eq(pre - 1)
-        self._clock_cmd = (now, period, pre)
-        return now
+        self._clock_cmd = tick_clock(m, "now", self._tb, self._tick)
+        return self._clock_cmd[0]
 
     def _mirror(self, m, parser, cluster, side_a, now):
         """M0 takes the parser's item (flow, SELB or not, fields) and reads the mirror; M1 holds the read (block RAM

@@ -19,8 +19,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
 from lbpipe.sim.flb.wire import FlbTxWireModel
 from lbpipe.tb.lib.harness import AxisBench
-from lbpipe.tb.lib.packets import (RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, flow_hash, icrc, roce_ack, roce_cnp,
-                                   roce_data, sized_data)
+from lbpipe.tb.lib.packets import RC_SEND_ONLY, flow_hash, icrc, mixed_roce_frames, roce_data, sized_data
 
 BEAT = 64
 # The wire's control map, from docs/flb_tx_wire.md.
@@ -102,32 +101,8 @@ def program_for_flows(rng, flows, params):
 
 def frames_for(rng, count, flows, sizes=None):
     """RoCEv2 frames of the flows (data of many sizes, VLAN, ACKs, CNPs: all FLB traffic), and frames that are not
-    FLB traffic: data with a non-zero UDP checksum, non-RoCE, a runt."""
-    from scapy.layers.inet import IP, TCP, UDP
-    from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
-    frames = []
-    for n in range(count):
-        src, dst, sport, dqpn = flows[rng.randrange(len(flows))]
-        size = sizes[n % len(sizes)] if sizes else rng.choice([0, 0, 3, 16, 200, 1024, 4096])
-        r = rng.random()
-        if r < 0.7:
-            opts = {"vlan": 5} if rng.random() < 0.15 else {}
-            frame = roce_data(src, dst, sport, dqpn, rng.randrange(1 << 24),
-                              opcode=rng.choice([RC_SEND_ONLY, RC_RDMA_WRITE_MIDDLE]), payload_len=size, **opts)
-        elif r < 0.76 and ":" not in dst:
-            frame = roce_data(src, dst, sport, dqpn, 5, payload_len=size, udp_chksum=rng.randrange(1, 1 << 16))
-        elif r < 0.84:
-            frame = roce_ack(src, dst, sport, dqpn, 3)
-        elif r < 0.9:
-            frame = roce_cnp(src, dst, sport, dqpn)
-        elif r < 0.98:
-            frame = Ether() / IP(src="1.2.3.4", dst="5.6.7.8") / \
-                rng.choice([TCP(sport=80, dport=1234), UDP(sport=1, dport=4791)]) / Raw(b"y" * size)
-        else:
-            frame = bytes(rng.randrange(256) for _ in range(rng.choice([1, 20, 70])))
-        frames.append(bytes(frame))
-    return frames
+    FLB traffic: data with a non-zero UDP checksum, non-RoCE, a runt (:func:`mixed_roce_frames`)."""
+    return mixed_roce_frames(rng, count, flows, sizes, shares=(0.7, 0.76, 0.84, 0.9, 0.98))
 
 
 def pcap_trace(seed, n_frames, **params):
@@ -178,22 +153,6 @@ class TB(AxisBench):
         db, pb = _bits(p["n_dests"]), _bits(p["n_paths"])
         await self._put("dly", dest | path << db | delay << (db + pb))
 
-    async def check_frames(self, expected, inputs):
-        """As the harness's, and every frame that came in with a valid ICRC leaves with one (recomputed from its
-        bytes)."""
-        from lbpipe.tb.lib.packets import classify
-        errors = []
-        for i, (want, came) in enumerate(zip(expected, inputs)):
-            got = bytes((await self.recv(f"output frame {i}")).tdata)
-            if got != want:
-                at = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), None)
-                errors.append(f"output frame {i} ({len(want)} bytes): differs from the golden model at byte {at} "
-                              f"({len(got)} bytes)")
-            elif (len(came) >= 60 and classify(came)["kind"] != 0 and came[-4:] == icrc(came)
-                  and got[-4:] != icrc(got)):
-                errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
-        return errors
-
     async def counters(self):
         return [await self.axil.read_dword(0x40 + 4 * i) for i in range(N_COUNTERS)]
 
@@ -227,7 +186,7 @@ async def frames_with_stalls(dut):
     expected = [model.process(f) for f in frames]
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert _moved(model, frames, expected) > 0, "no frame's port changed: the trace checks no decision"
     assert not errors, "\n".join(errors[:10])
@@ -242,7 +201,7 @@ async def line_rate(dut):
     accepted = tb.count_accepted(sum((len(f) + BEAT - 1) // BEAT for f in frames))
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
     rate = sum(accepted) / len(accepted)
@@ -283,7 +242,7 @@ async def ports_cnm_and_dly(dut):
     # while the frames flow: every delay written again with its value (no decision can change with their clock)
     for (dest, path), value in sorted(table.items()):
         await tb.delay(dest, path, value)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     # then new values, and a new flow per destination: a delay lost or corrupted on the way shows in its choice
     for (dest, path), value in sorted(table.items()):
         await tb.delay(dest, path, (value * 7 + 13) % 400)
@@ -363,7 +322,7 @@ async def commands_beside_frames(dut):
     writer = cocotb.start_soon(rewrite())
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     await writer
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
@@ -390,7 +349,7 @@ async def reset_mid_traffic(dut):
     expected = [model.process(f) for f in frames]
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     await ClockCycles(dut.clk, 50)
     if not tb.sink.empty():
@@ -413,7 +372,7 @@ async def long_stall(dut):
     if tb.source.empty():
         errors.append("every frame was taken during the stall: it never reached s_axis")
     tb.sink.pause = False
-    errors += await tb.check_frames(expected, frames)
+    errors += await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
 

@@ -69,7 +69,7 @@ __all__ = [
     "ROCE_PORT", "RC_SEND_ONLY", "RC_RDMA_WRITE_FIRST", "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST",
     "RC_RDMA_WRITE_ONLY", "RC_RDMA_READ_REQUEST", "RC_ACKNOWLEDGE", "CNP", "NAK_PSN_SEQUENCE_ERROR",
     "RETH", "ImmDt", "LAPS_PORT", "LapsHeader",
-    "roce_data", "roce_ack", "roce_nak", "roce_cnp", "laps_frame", "sized_data",
+    "roce_data", "roce_ack", "roce_nak", "roce_cnp", "laps_frame", "sized_data", "mixed_roce_frames",
     "classify", "flow_hash", "icrc", "rewrite_udp_sport",
     "QpClassifier", "QpEntry", "themis_d_item", "themis_s_item",
 ]
@@ -886,3 +886,35 @@ def themis_s_item(pkt, tag, *, hash_bits=16):
     meta = _meta(pkt)
     return {"kind": meta["kind"], "psn": meta["psn"], "flow_hash": meta["flow_hash"] & ((1 << hash_bits) - 1),
             "udp_sport": meta["udp_sport"], "tag": tag}
+
+
+def mixed_roce_frames(rng, count, flows, sizes=None, *, shares=(0.72, 0.78, 0.85, 0.9, 0.98)):
+    """``count`` frames for a wire pipeline's random tests, each of a flow of ``flows`` ((src, dst, sport, dqpn)
+    tuples): RoCEv2 data (SEND ONLY or RDMA WRITE MIDDLE, one in seven with a VLAN tag), data with a non-zero UDP
+    checksum (IPv4 flows only), ACKs, CNPs, non-RoCE IPv4 (TCP, or UDP to port 4791 without a BTH) and runts of 1,
+    20 or 70 random bytes. ``shares``: the cumulative fractions at which each kind ends, in that order (runts
+    after the last). Sizes: payload bytes from ``sizes`` in turn, else drawn from a mix of small and large."""
+    from scapy.layers.inet import TCP
+    frames = []
+    data, csum, ack, cnp, other = shares
+    for n in range(count):
+        src, dst, sport, dqpn = flows[rng.randrange(len(flows))]
+        size = sizes[n % len(sizes)] if sizes else rng.choice([0, 0, 3, 16, 200, 1024, 4096])
+        r = rng.random()
+        if r < data:
+            opts = {"vlan": 5} if rng.random() < 0.15 else {}
+            frame = roce_data(src, dst, sport, dqpn, rng.randrange(1 << 24),
+                              opcode=rng.choice([RC_SEND_ONLY, RC_RDMA_WRITE_MIDDLE]), payload_len=size, **opts)
+        elif r < csum and ":" not in dst:
+            frame = roce_data(src, dst, sport, dqpn, 5, payload_len=size, udp_chksum=rng.randrange(1, 1 << 16))
+        elif r < ack:
+            frame = roce_ack(src, dst, sport, dqpn, 3)
+        elif r < cnp:
+            frame = roce_cnp(src, dst, sport, dqpn)
+        elif r < other:
+            frame = Ether() / IP(src="1.2.3.4", dst="5.6.7.8") / \
+                rng.choice([TCP(sport=80, dport=1234), UDP(sport=1, dport=4791)]) / Raw(b"y" * size)
+        else:
+            frame = bytes(rng.randrange(256) for _ in range(rng.choice([1, 20, 70])))
+        frames.append(bytes(frame))
+    return frames

@@ -20,7 +20,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from lbpipe.sim.selb.wire import SelbTxWireModel
 from lbpipe.tb.lib.harness import AxisBench
-from lbpipe.tb.lib.packets import RC_RDMA_WRITE_MIDDLE, RC_SEND_ONLY, icrc, roce_ack, roce_cnp, roce_data, sized_data
+from lbpipe.tb.lib.packets import RC_SEND_ONLY, icrc, mixed_roce_frames, roce_ack, roce_data, sized_data
 
 BEAT = 64
 # The wire's control map, from docs/selb_tx_wire.md.
@@ -67,32 +67,8 @@ def flows_for(rng, count=6):
 
 def frames_for(rng, count, flows, sizes=None):
     """SELB data frames of the flows (many sizes, VLAN), and frames that are not SELB traffic: data with a non-zero
-    UDP checksum, ACKs, CNPs, non-RoCE, a runt."""
-    from scapy.layers.inet import IP, TCP, UDP
-    from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
-    frames = []
-    for n in range(count):
-        src, dst, sport, dqpn = flows[rng.randrange(len(flows))]
-        size = sizes[n % len(sizes)] if sizes else rng.choice([0, 0, 3, 16, 200, 1024, 4096])
-        r = rng.random()
-        if r < 0.72:
-            opts = {"vlan": 5} if rng.random() < 0.15 else {}
-            frame = roce_data(src, dst, sport, dqpn, rng.randrange(1 << 24),
-                              opcode=rng.choice([RC_SEND_ONLY, RC_RDMA_WRITE_MIDDLE]), payload_len=size, **opts)
-        elif r < 0.78 and ":" not in dst:
-            frame = roce_data(src, dst, sport, dqpn, 5, payload_len=size, udp_chksum=rng.randrange(1, 1 << 16))
-        elif r < 0.85:
-            frame = roce_ack(src, dst, sport, dqpn, 3)
-        elif r < 0.9:
-            frame = roce_cnp(src, dst, sport, dqpn)
-        elif r < 0.98:
-            frame = Ether() / IP(src="1.2.3.4", dst="5.6.7.8") / \
-                rng.choice([TCP(sport=80, dport=1234), UDP(sport=1, dport=4791)]) / Raw(b"y" * size)
-        else:
-            frame = bytes(rng.randrange(256) for _ in range(rng.choice([1, 20, 70])))
-        frames.append(bytes(frame))
-    return frames
+    UDP checksum, ACKs, CNPs, non-RoCE, a runt (:func:`mixed_roce_frames`)."""
+    return mixed_roce_frames(rng, count, flows, sizes, shares=(0.72, 0.78, 0.85, 0.9, 0.98))
 
 
 def pcap_trace(seed, n_frames, **params):
@@ -133,22 +109,6 @@ class TB(AxisBench):
                 break
         self.dut.smp_valid.value = 0
 
-    async def check_frames(self, expected, inputs):
-        """As the harness's, and every frame that came in with a valid ICRC leaves with one (recomputed from its
-        bytes)."""
-        from lbpipe.tb.lib.packets import classify
-        errors = []
-        for i, (want, came) in enumerate(zip(expected, inputs)):
-            got = bytes((await self.recv(f"output frame {i}")).tdata)
-            if got != want:
-                at = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), None)
-                errors.append(f"output frame {i} ({len(want)} bytes): differs from the golden model at byte {at} "
-                              f"({len(got)} bytes)")
-            elif (len(came) >= 60 and classify(came)["kind"] != 0 and came[-4:] == icrc(came)
-                  and got[-4:] != icrc(got)):
-                errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
-        return errors
-
     async def check_counters(self, model):
         """The counters against the golden model's, all but the stale count (STATUS_9), which the mirror's timing
         and flow-index collisions move either way (docs/selb_tx_wire.md)."""
@@ -177,7 +137,7 @@ async def frames_with_stalls(dut):
     expected = [model.process(f) for f in frames]
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert model.stats()[7] > 0, "the trace rerouted nothing: it checks nothing of the reroute"
     assert not errors, "\n".join(errors[:10])
@@ -192,7 +152,7 @@ async def line_rate(dut):
     accepted = tb.count_accepted(sum((len(f) + BEAT - 1) // BEAT for f in frames))
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
     rate = sum(accepted) / len(accepted)
@@ -222,7 +182,7 @@ async def samples_on_smp(dut):
     expected = [model.process(f) for f in frames]
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
 
@@ -249,7 +209,7 @@ async def reset_mid_traffic(dut):
     expected = [model.process(f) for f in frames]
     for f in frames:
         tb.send(f)
-    errors = await tb.check_frames(expected, frames)
+    errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     await ClockCycles(dut.clk, 50)
     if not tb.sink.empty():
@@ -273,7 +233,7 @@ async def long_stall(dut):
     if tb.source.empty():
         errors.append("every frame was taken during the stall: it never reached s_axis")
     tb.sink.pause = False
-    errors += await tb.check_frames(expected, frames)
+    errors += await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
 
