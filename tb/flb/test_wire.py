@@ -101,8 +101,10 @@ def program_for_flows(rng, flows, params):
 
 def frames_for(rng, count, flows, sizes=None):
     """RoCEv2 frames of the flows (data of many sizes, VLAN, ACKs, CNPs: all FLB traffic), and frames that are not
-    FLB traffic: data with a non-zero UDP checksum, non-RoCE, a runt (:func:`mixed_roce_frames`)."""
-    return mixed_roce_frames(rng, count, flows, sizes, shares=(0.7, 0.76, 0.84, 0.9, 0.98))
+    FLB traffic: data with a non-zero UDP checksum, non-RoCE, a runt (:func:`mixed_roce_frames`); one frame in
+    twenty of 100 bytes or more cut short by 1 to 40 bytes (its headers then claim more than it holds)."""
+    frames = mixed_roce_frames(rng, count, flows, sizes, shares=(0.7, 0.76, 0.84, 0.9, 0.98))
+    return [f[:len(f) - rng.randrange(1, 41)] if len(f) >= 100 and rng.random() < 0.05 else f for f in frames]
 
 
 def pcap_trace(seed, n_frames, **params):
@@ -515,8 +517,8 @@ async def clock_by_hand(dut):
       now 2,299: gap 1,000 (>= timeout): new again: the fastest, path 2 (30).
     Flow J, isolated by a CNM at now 2,299 (n 1: the isolation path 3): its packet at 2,299 takes path 3; at 3,299
     (1,000 ticks idle, >= release) flb-isolate has released it (one timeout) and flb-route, J idle as long, takes it
-    as new: path 2. A ``now`` not reaching flb-route (every gap 0) keeps K on path 3; timeouts not working keep K on
-    1 and J on 3."""
+    as new: path 2. Flow W across the clock's wrap (below). A ``now`` not reaching flb-route (every gap 0) keeps K on
+    path 3; timeouts not working keep K on 1 and J on 3."""
     params = _params()
     assert all(params[k] == v for k, v in HAND.items()) and params["timeout"] == params["release"] == 1000
     nf = params["n_flows"]
@@ -542,6 +544,19 @@ async def clock_by_hand(dut):
     for n, (at, want, what) in enumerate([(2299, 3, "J isolated"), (3299, 2, "J released by the timeout")]):
         await tb.control({"table": CLOCK, "index": 0, "data": at})
         tb.send(bytes(roce_data(*j, n, opcode=RC_SEND_ONLY, payload_len=16)))
+        got = bytes((await tb.recv(what)).tdata)
+        if _port(got) & 3 != want:
+            errors.append(f"{what} (now {at}): path {_port(got) & 3}, by hand {want}")
+    # across the wrap of the 12-bit clock: W new at 4,000 (delays 50, 3,000, 30, 60: path 2); then path 2 at 100
+    # and path 0 at 0; at now 4 the gap is 100 (not 4 - 4,000): within the window 100 - d(q) <= 99 only path 3
+    # (40): W moves to 3. A gap taken without the wrap would be over the timeout: new, the fastest, path 0.
+    w = ("10.0.0.6", "10.0.1.22", 0x4440, 0x000666)
+    for n, (at, delays, want, what) in enumerate([(4000, (), 2, "W new before the wrap"),
+                                                  (4, ((2, 100), (0, 0)), 3, "W gap 100 across the wrap")]):
+        for delay in delays:
+            await tb.control(delay_cmd(1, *delay))
+        await tb.control({"table": CLOCK, "index": 0, "data": at})
+        tb.send(bytes(roce_data(*w, n, opcode=RC_SEND_ONLY, payload_len=16)))
         got = bytes((await tb.recv(what)).tdata)
         if _port(got) & 3 != want:
             errors.append(f"{what} (now {at}): path {_port(got) & 3}, by hand {want}")
