@@ -106,11 +106,12 @@ def test_packet_meta_layout():
         "udp_len": 16, "udp_csum": 16, "opcode": 8, "dqpn": 24, "psn": 24, "ackreq": 1, "syndrome": 8,
         "msn": 24, "flow_hash": 16,
         "laps": 1, "laps_bad": 1, "laps_probe": 1, "laps_ack": 1, "laps_count": 3, "laps_sr_idx": 8,
-        "laps_pid": 16, "laps_time": 48, "laps_anchors": 128, "laps_off": 8,
+        "laps_pid": 16, "laps_time": 48, "laps_anchors": 128, "laps_off": 8, "bth_resv": 8,
     }
-    # The RoCEv2 fields fill the first 512 bits as before LAPS; the LAPS fields follow them.
-    assert layout.size == 512 + 215
+    # The RoCEv2 fields fill the first 512 bits as before LAPS; the LAPS fields follow them, then ``bth_resv``.
+    assert layout.size == 512 + 215 + 8
     assert layout["flow_hash"].offset == 512 - 16 and layout["laps"].offset == 512
+    assert layout["bth_resv"].offset == 512 + 215
     assert layout["kind"].shape is PacketKind and layout["kind"].offset == 0
     assert meta_fields() == list(widths)
 
@@ -159,8 +160,8 @@ def _udp(payload, *, sport=0xC000, dport=4791, csum=0):
     return struct.pack("!HHHH", sport, dport, 8 + len(payload), csum) + payload
 
 
-def _bth(opcode, dqpn, psn, *, ackreq=0, tver=0):
-    return struct.pack("!BBHBBHBBH", opcode, tver, 0xFFFF, 0, dqpn >> 16, dqpn & 0xFFFF,
+def _bth(opcode, dqpn, psn, *, ackreq=0, tver=0, byte4=0):
+    return struct.pack("!BBHBBHBBH", opcode, tver, 0xFFFF, byte4, dqpn >> 16, dqpn & 0xFFFF,
                        ackreq << 7, psn >> 16, psn & 0xFFFF)
 
 
@@ -187,6 +188,18 @@ def test_golden_ipv4_ack_by_hand():
     cut = parse(frame[:56], 9)
     assert cut == _zeros(tag=9, frame_len=56, short=1, truncated=1, ipv4=1, udp=1, l3_off=14, l4_off=34,
                          src_ip=0x0A000001, dst_ip=0x0A000002, udp_sport=0xC000, udp_dport=4791, udp_len=28)
+
+
+def test_golden_bth_byte4_by_hand():
+    """``bth_resv`` is the BTH's byte 4 (IBA vol. 1 9.2: FECN, BECN, 6 reserved bits), here 0xA5 behind the UDP
+    header at 34 + 8 + 4 = 46; a frame that is not RoCEv2 (UDP port 4792) gives 0."""
+    payload = _bth(0x04, 0x000456, 0x000010, byte4=0xA5) + b"\x00" * 8 + b"ICRC"
+    frame = MAC + b"\x08\x00" + _ipv4(_udp(payload)) + b"\x00" * 2
+    assert frame[46] == 0xA5
+    meta = parse(frame, 0)
+    assert (meta["roce"], meta["kind"], meta["bth_resv"], meta["dqpn"]) == (1, DATA, 0xA5, 0x456)
+    other = MAC + b"\x08\x00" + _ipv4(_udp(payload, dport=4792)) + b"\x00" * 2
+    assert parse(other, 0)["bth_resv"] == 0
 
 
 @pytest.mark.parametrize("opcode, kind, ieth", [

@@ -200,9 +200,12 @@ def PacketMeta():
     laps_time      48     INT time (send time, or the one-way latency in an ACK), with ``laps``
     laps_anchors   128    SR anchor *i* (from 0) in bits 32i+31:32i; anchors beyond ``laps_count`` are 0
     laps_off       8      LAPS header offset (``l4_off + 8``), with ``laps``
+    bth_resv       8      BTH byte 4 (FECN, BECN and the 6 reserved bits: under the ICRC's mask, so switches
+                          may mark it), with ``roce``
     =============  =====  =====================================================================================
 
-    The LAPS fields come after the RoCEv2 ones, so the offsets of the fields before them do not depend on LAPS.
+    The LAPS fields come after the RoCEv2 ones, so the offsets of the fields before them do not depend on LAPS;
+    ``bth_resv``, added later, comes last for the same reason.
     """
     return data.StructLayout({
         "kind":      PacketKind,
@@ -246,6 +249,7 @@ def PacketMeta():
         "laps_time":    48,
         "laps_anchors": LAPS_MAX_ANCHORS * LAPS_ANCHOR_BITS,
         "laps_off":     8,
+        "bth_resv":     8,
     })
 
 
@@ -791,8 +795,8 @@ class Parser(wiring.Component):
         p5_valid = Signal()
         p5 = Signal(data.StructLayout({
             "udp_sport": 16, "udp_dport": 16, "udp_len": 16, "udp_csum": 16,
-            "opcode": 8, "dqpn": PSN_BITS, "psn": PSN_BITS, "ackreq": 1, "syndrome": 8, "msn": PSN_BITS,
-            "kind": PacketKind, "ext_words": 3, "aeth": 1, "reth": 1, "immdt": 1,
+            "opcode": 8, "bth_resv": 8, "dqpn": PSN_BITS, "psn": PSN_BITS, "ackreq": 1, "syndrome": 8,
+            "msn": PSN_BITS, "kind": PacketKind, "ext_words": 3, "aeth": 1, "reth": 1, "immdt": 1,
             "port_ok": 1, "len_ok": 1, "len_fits": len(_EXT_CHOICES), "icrc_off": 16, "bth_off": 7, "l4": 7,
             "l3sel": 2,
             "laps_port_ok": 1, "laps_fits": LAPS_MAX_ANCHORS + 1, "laps_flags": 8, "laps_sr_idx": 8,
@@ -810,6 +814,7 @@ class Parser(wiring.Component):
                 p5.udp_len.eq(udp_len),
                 p5.udp_csum.eq(_be(hdr, 6, 2)),
                 p5.opcode.eq(opcode),
+                p5.bth_resv.eq(_byte(hdr, 12)),
                 p5.dqpn.eq(_be(hdr, 13, 3)),
                 p5.psn.eq(_be(hdr, 17, 3)),
                 p5.ackreq.eq(_byte(hdr, 16)[7]),
@@ -919,6 +924,7 @@ class Parser(wiring.Component):
                 p6.udp_csum.eq(Mux(udp, f.udp_csum, 0)),
                 p6.opcode.eq(Mux(roce, f.opcode, 0)),
                 p6.dqpn.eq(Mux(roce, f.dqpn, 0)),
+                p6.bth_resv.eq(Mux(roce, f.bth_resv, 0)),
                 p6.psn.eq(Mux(roce, f.psn, 0)),
                 p6.ackreq.eq(roce & f.ackreq),
                 p6.syndrome.eq(Mux(aeth, f.syndrome, 0)),

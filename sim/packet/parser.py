@@ -256,7 +256,7 @@ def parse(frame, tag=0, *, laps_port=LAPS_PORT, early=False, fcs=False):
         kind = PacketKind.ROCE_OTHER
     meta.update(
         kind=kind.value, roce=1, bth_off=bth, icrc_off=l4 + ulen - 4,
-        opcode=opcode, dqpn=dqpn, psn=psn, ackreq=ackreq,
+        opcode=opcode, dqpn=dqpn, psn=psn, ackreq=ackreq, bth_resv=data[bth + 4],
         aeth=int(aeth), reth=int(opcode in _RETH_OPCODES), immdt=int(opcode in _IMMDT_OPCODES),
         syndrome=syndrome, msn=msn, flow_hash=flow_hash(src, dst, dqpn),
     )
