@@ -25,7 +25,7 @@ Cut-through only: a frame leaves as it arrives once its action is resolved (the 
 frame is dropped, so the marks, kept in frame order in a FIFO beside the deparser, stay joined to their frames).
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,6 +35,7 @@ from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
+from lbpipe.hdl.packet.marks import BEAT, edit_beats, lane_of
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.selb.cluster import (N_STATS as N_CLUSTER_STATS, Cluster, ClusterSample,
                                      check_parameters as check_cluster)
@@ -274,36 +275,21 @@ class SelbTxWire(wiring.Component):
         m.d.comb += [wr_flow.eq(res.flow), wr_path.eq(res.path), wr_en.eq(take & sel)]
 
     def _mark(self, m, deparser, marks):
-        """The deparser's beats, through a register slice to ``m_axis``: in a marked frame, the beat holding byte
+        """The deparser's beats through the mark stage to ``m_axis``: in a marked frame, the beat holding byte
         ``pos`` has that byte's bits 1..0 replaced by the mark. A frame's first beat waits for its mark entry."""
-        src, dst = deparser.m_axis, self.m_axis
-        beat = Signal(3, name="mark_beat")
-        first = Signal(name="mark_first")
-        m.d.comb += first.eq(beat == 0)
-        head = marks.o.payload
-        beat_lay = data.StructLayout({"tdata": 512, "tkeep": 64, "tlast": 1, "tuser": 1})
-        edited = Signal(beat_lay, name="mark_edited")
-        hit = Signal(name="mark_hit")
-        m.d.comb += hit.eq(head.apply & (beat == head.pos[6:]))
-        lanes = []
-        for j in range(64):
-            byte = src.tdata[8 * j:8 * j + 8]
-            on = hit & (head.pos[:6] == j)
-            lanes.append(Cat(Mux(on, head.bits, byte[:2]), byte[2:]))
-        m.d.comb += [edited.tdata.eq(Cat(*lanes)), edited.tkeep.eq(src.tkeep), edited.tlast.eq(src.tlast),
-                     edited.tuser.eq(src.tuser)]
-        sink = stream.Signature(beat_lay).flip().create()
-        offer, taken = Signal(name="mark_offer"), Signal(name="mark_taken")
-        ready = Signal(name="mark_ready")
-        m.d.comb += [offer.eq(src.tvalid & (~first | marks.o.valid))]
-        register_slice(m, "mark_out", offer, edited, ready, sink)
-        m.d.comb += [src.tready.eq(ready & (~first | marks.o.valid)), taken.eq(src.tvalid & src.tready),
-                     marks.o.ready.eq(taken & src.tlast),
-                     dst.tdata.eq(sink.payload.tdata), dst.tkeep.eq(sink.payload.tkeep),
-                     dst.tlast.eq(sink.payload.tlast), dst.tuser.eq(sink.payload.tuser),
-                     dst.tvalid.eq(sink.valid), sink.ready.eq(dst.tready)]
-        with m.If(taken):
-            m.d.sync += beat.eq(Mux(src.tlast, 0, Mux(beat == 7, 7, beat + 1)))
+        src = deparser.m_axis
+        beat = Signal(BEAT, name="mark_in")
+        m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
+                     beat.tuser.eq(src.tuser)]
+
+        def edit(index, entry, tdata):
+            hit, lane = lane_of(index, entry.pos)
+            lanes = []
+            for j in range(64):
+                byte = tdata[8 * j:8 * j + 8]
+                lanes.append(Cat(Mux(entry.apply & hit & (lane == j), entry.bits, byte[:2]), byte[2:]))
+            return Cat(*lanes)
+        edit_beats(m, "mark", src.tvalid, beat, src.tready, marks.o, edit, self.m_axis)
 
     def _control(self, m, cluster):
         """Tables 0 to 15 to selb-cluster; 48 the clock; 49 and 50 a sample and a tick into selb-cluster's

@@ -361,8 +361,10 @@ class AxisBench:
                     f"{i} received)")
             got = bytes((await self.recv_frame(deadline, what)).tdata)
             if got != want:
-                errors.append(f"output frame {i} ({len(want)} bytes, kind {classify(want)['kind']}): differs from "
-                              f"the golden model ({len(got)} bytes, kind {classify(got)['kind']})")
+                at = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                errors.append(f"output frame {i} ({len(got)} bytes, kind {classify(got)['kind']}): differs from "
+                              f"the golden model's ({len(want)} bytes, kind {classify(want)['kind']}) from byte {at}: "
+                              f"{got[at:at + 4].hex()} against {want[at:at + 4].hex()}")
             elif (classify(got)["kind"] != 0 and got[-4:] != icrc(got)
                   and (inputs is None or inputs[i][-4:] == icrc(inputs[i]))):
                 errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
