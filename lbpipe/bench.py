@@ -22,7 +22,7 @@ __all__ = ["BENCHES", "PACKET_BENCHES", "PACKET_SIZES", "run_bench", "format_ben
 PACKET_SIZES = [64, 65, 128, 129, 130, 256, 512, 1024, 1518, 4096, 9216]
 #: Packet pipelines with a cocotb ``bench`` testcase.
 PACKET_BENCHES = ("themis-s-wire", "themis-d-wire", "pro-tx-wire", "laps-tx-wire", "laps-rx-wire", "pro-rx-wire",
-                  "laps-editor", "selb-tx-wire", "flb-tx-wire")
+                  "laps-editor", "selb-tx-wire", "flb-tx-wire", "flb-rx-wire")
 
 
 def _themis_s_data(params):

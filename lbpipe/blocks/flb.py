@@ -310,3 +310,42 @@ BLOCKS.append(Block(
     paper={"Table 1 (Tofino, FLB as a whole)": "5.82% crossbar, 5.87% hash bits, 9.56% gateway, 4.12% SRAM"},
     report_extra=_tx_wire_extra,
 ))
+
+
+# -- the receive side in the wire (flb-rx-wire) -----------------------------------------------------------------------
+
+
+def _rx_wire_extra(params, component):
+    return {
+        "Latency": f"{component.latency} cycles from a sample's first beat in to its first beat out (cut-through), "
+                   f"one beat per clock at every frame size (lbpipe bench flb-rx-wire)",
+        "Buffers": f"beat FIFO {component.BEAT_DEPTH} beats; meas, dly, cnm and clear FIFOs {component.OUT_DEPTH} "
+                   f"items each",
+    }
+
+
+BLOCKS.append(Block(
+    name="flb-rx-wire",
+    summary="FLB receive side in the wire: samples measured by flb-owd (meas), piggybacked delays (dly) and CNM "
+            "frames (cnm) taken from the fabric's frames, FLB's marks cleared for the host; 512-bit AXI4-Stream",
+    paper_ref="FLB, sections 3.1, 3.2, on RoCEv2 frames and CNM frames",
+    params=[
+        Param("n_edges", 16, "edge switches, 1 to 256 (flb-tx-wire's n_dests)"),
+        Param("n_paths", 8, "paths per edge, 2 to 16"),
+        Param("n_flows", 65536, "the CNM's flow range, a power of two, 2 to 65,536"),
+        Param("n_ports", 8, "congestion points per edge (the CNM's cp), 1 to 256"),
+        Param("time_bits", 16, "width of now and of the stamps, 4 to 16"),
+        Param("delay_bits", 16, "width of a queueing delay, 4 to time_bits"),
+        Param("edge_shift", 8, "lowest bit of the source edge switch in the source address"),
+        Param("edge", 0, "this edge switch's number after reset (CNM frames for it are taken)"),
+        Param("tick_cycles", 64, "clocks per tick of now after reset (64: 256 ns at 250 MHz), 0 stops it"),
+    ],
+    build=load("lbpipe.hdl.flb.rx_wire:FlbRxWire"),
+    golden=load("lbpipe.sim.flb.rx_wire:FlbRxWireModel"),
+    golden_ref="lbpipe.sim.flb.rx_wire:FlbRxWireModel",
+    tb_module="lbpipe.tb.flb.test_rx_wire",
+    doc="docs/flb_rx_wire.md",
+    interface="packet",
+    pcap_trace="lbpipe.tb.flb.test_rx_wire:pcap_trace",
+    report_extra=_rx_wire_extra,
+))
