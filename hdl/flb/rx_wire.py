@@ -29,7 +29,7 @@ from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
-from lbpipe.hdl.packet.marks import BEAT, edit_beats, lane_of
+from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 
 __all__ = ["FlbRxWire", "WireMeas", "N_STATS", "TABLE_CLOCK", "TABLE_EDGE", "CNM_ETHERTYPE", "check_parameters"]
@@ -94,8 +94,9 @@ def _Tap(n_flows, n_edges, n_ports):
 
 
 def _Clear():
-    """One per frame, in frame order: clear the marks, the checksum's and BTH byte 4's positions in the frame."""
-    return data.StructLayout({"apply": 1, "csum_pos": 9, "bth_pos": 9})
+    """One per frame, in frame order: clear the marks, and the frame's L4 offset (the checksum and BTH byte 4 are
+    at fixed offsets from it)."""
+    return data.StructLayout({"apply": 1, "l4_off": 8})
 
 
 
@@ -277,7 +278,7 @@ class FlbRxWire(wiring.Component):
                 v0.eq(here),
                 f0.sample.eq(s & ~p), f0.pb.eq(p & ~s & pb_ok), f0.to_cnm.eq(cnm & cnm_ok),
                 f0.clear.apply.eq(s | p),
-                f0.clear.csum_pos.eq(meta.l4_off + CSUM_OFFSET), f0.clear.bth_pos.eq(meta.l4_off + BTH_BYTE4_OFFSET),
+                f0.clear.l4_off.eq(meta.l4_off),
                 f0.dly.dest.eq(edge), f0.dly.path.eq(pb_path),
                 f0.dly.delay.eq(Mux(meta.udp_csum > dmax, dmax, meta.udp_csum)),
                 f0.cnm.eq(tap.cnm),
@@ -313,14 +314,12 @@ class FlbRxWire(wiring.Component):
         become 0 and BTH byte 4's bits 5..0 (FECN, BECN kept). A frame's first beat waits for its clear entry."""
 
         def edit(index, entry, tdata):
-            csum_hit, csum_lane = lane_of(index, entry.csum_pos)
-            bth_hit, bth_lane = lane_of(index, entry.bth_pos)
-            lanes = []
-            for j in range(64):
-                byte = tdata[8 * j:8 * j + 8]
-                in_csum = entry.apply & csum_hit & (csum_lane[1:] == j >> 1)      # the checksum's position is even
-                in_bth = entry.apply & bth_hit & (bth_lane == j)
-                lanes.append(Cat(Mux(in_csum | in_bth, 0, byte[:6]), Mux(in_csum, 0, byte[6:])))
+            lanes = [tdata[8 * j:8 * j + 8] for j in range(64)]
+            for j, selects in field_lanes(index, entry.l4_off, CSUM_OFFSET, 2).items():
+                lanes[j] = Mux(entry.apply & Cat(*[s for s, _ in selects]).any(), 0, lanes[j])
+            for j, selects in field_lanes(index, entry.l4_off, BTH_BYTE4_OFFSET).items():
+                on = entry.apply & Cat(*[s for s, _ in selects]).any()
+                lanes[j] = Cat(Mux(on, 0, lanes[j][:6]), lanes[j][6:])
             return Cat(*lanes)
         edit_beats(m, "clear", beats.o.valid, beats.o.payload, beats.o.ready, clears.o, edit, self.m_axis)
 

@@ -35,7 +35,7 @@ from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
-from lbpipe.hdl.packet.marks import BEAT, edit_beats, lane_of
+from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.selb.cluster import (N_STATS as N_CLUSTER_STATS, Cluster, ClusterSample,
                                      check_parameters as check_cluster)
@@ -74,8 +74,9 @@ def WireFields(n_paths):
 
 
 def Mark():
-    """One per frame, in frame order: whether to mark it, the byte's offset in the frame, the two bits."""
-    return data.StructLayout({"apply": 1, "pos": 9, "bits": 2})
+    """One per frame, in frame order: whether to mark it, the frame's L4 offset (the byte is ``BTH_MARK_OFFSET``
+    after it), the two bits."""
+    return data.StructLayout({"apply": 1, "l4_off": 8, "bits": 2})
 
 
 class SelbTxWire(wiring.Component):
@@ -265,7 +266,7 @@ class SelbTxWire(wiring.Component):
         m.d.comb += [
             act.tag.eq(0), act.drop.eq(0), act.rewrite.eq(sel & (xor != 0)),
             act.l4_off.eq(head.f.l4_off), act.icrc_off.eq(head.f.icrc_off), act.sport_xor.eq(xor),
-            marks.i.payload.apply.eq(sel), marks.i.payload.pos.eq(head.f.l4_off + BTH_MARK_OFFSET),
+            marks.i.payload.apply.eq(sel), marks.i.payload.l4_off.eq(head.f.l4_off),
             marks.i.payload.bits.eq(Cat(res.tail, res.epoch)),
             deparser.act.valid.eq(ready), take.eq(ready & deparser.act.ready),
             marks.i.valid.eq(here & deparser.act.ready),
@@ -276,18 +277,18 @@ class SelbTxWire(wiring.Component):
 
     def _mark(self, m, deparser, marks):
         """The deparser's beats through the mark stage to ``m_axis``: in a marked frame, the beat holding byte
-        ``pos`` has that byte's bits 1..0 replaced by the mark. A frame's first beat waits for its mark entry."""
+        ``l4_off + BTH_MARK_OFFSET`` has that byte's bits 1..0 replaced by the mark (multiplexers only in the lanes
+        that byte can fall in). A frame's first beat waits for its mark entry."""
         src = deparser.m_axis
         beat = Signal(BEAT, name="mark_in")
         m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
                      beat.tuser.eq(src.tuser)]
 
         def edit(index, entry, tdata):
-            hit, lane = lane_of(index, entry.pos)
-            lanes = []
-            for j in range(64):
-                byte = tdata[8 * j:8 * j + 8]
-                lanes.append(Cat(Mux(entry.apply & hit & (lane == j), entry.bits, byte[:2]), byte[2:]))
+            lanes = [tdata[8 * j:8 * j + 8] for j in range(64)]
+            for j, selects in field_lanes(index, entry.l4_off, BTH_MARK_OFFSET).items():
+                on = entry.apply & Cat(*[s for s, _ in selects]).any()
+                lanes[j] = Cat(Mux(on, entry.bits, lanes[j][:2]), lanes[j][2:])
             return Cat(*lanes)
         edit_beats(m, "mark", src.tvalid, beat, src.tready, marks.o, edit, self.m_axis)
 
