@@ -44,7 +44,8 @@ DATASHEET_LATENCY = {
     "selb-reroute": 7,      # docs/selb_reroute.md: "7 cycles"
     "selb-reorder": 3,      # docs/selb_reorder.md: "3 cycles"
     "selb-tx-wire": 51,     # docs/selb_tx_wire.md: "51 cycles (cut-through ...)" first beat in to first beat out
-    "flb-tx-wire": 57,      # docs/flb_tx_wire.md: "57 cycles (cut-through ...)" first beat in to first beat out
+    "flb-tx-wire": 58,      # docs/flb_tx_wire.md: "58 cycles (cut-through ...)" first beat in to first beat out
+    "flb-rx-wire": 17,      # docs/flb_rx_wire.md: "17 cycles first beat in to first beat out for a sample"
 }
 
 #: Logic levels on the deepest path at the defaults (Yosys synth_xilinx -family xcup), as each datasheet states it.
@@ -72,6 +73,7 @@ DATASHEET_LEVELS = {
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
     "selb-tx-wire": 6,      # docs/selb_tx_wire.md: 6, core and top
     "flb-tx-wire": 6,       # docs/flb_tx_wire.md: 6, core and top
+    "flb-rx-wire": 6,       # docs/flb_rx_wire.md: 6 core (5 with its top)
 }
 
 

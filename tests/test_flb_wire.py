@@ -13,7 +13,7 @@ from lbpipe.tb.lib.packets import RC_SEND_ONLY, icrc, roce_ack, roce_data
 from lbpipe.tb.lib.runner import run_cocotb, write_verilog
 
 SMALL = dict(n_flows=256, n_dests=3, n_paths=4, n_slots=4, n_ports=4, time_bits=12, delay_bits=12, timeout=1000,
-             release=1000, margin=0, dest_shift=8, tick_cycles=64, depth=256)
+             release=1000, margin=0, dest_shift=8, tick_cycles=64, depth=256, sample_ticks=5)
 L4 = 14 + 20
 F = ("10.0.0.1", "10.0.1.7", 0x1230, 0x000111)
 G = ("10.0.0.2", "10.0.1.8", 0x4560, 0x000222)
@@ -115,12 +115,22 @@ def _run(params, testcases, name):
 
 
 def test_rtl():
-    """Mixed traffic with stalls, line rate, CNMs and delays on their ports, reset mid-traffic, a 3,000-clock output
-    stall, commands beside frames; hand-worked: the decisions, the reset that sweeps the filter, a delay and a set
-    in one clock, the clock's gaps and timeouts, a CNM with the clock running."""
-    _run(SMALL, ["frames_with_stalls", "line_rate", "ports_cnm_and_dly", "reset_mid_traffic", "long_stall",
+    """Mixed traffic with stalls, samples over a moving clock, line rate, CNMs, delays and measurements on their
+    ports, reset mid-traffic, a 3,000-clock output stall, commands beside frames; hand-worked: the marks, the reset
+    that forgets the samples, measurements racing frames, the decisions, the reset that sweeps the filter, a delay
+    and a set in one clock, the clock's gaps and timeouts, a CNM with the clock running."""
+    _run(SMALL, ["frames_with_stalls", "samples_over_time", "marks_by_hand", "samples_with_a_running_clock",
+                 "reset_forgets_samples",
+                 "measurements_race_frames", "line_rate", "ports_cnm_and_dly", "reset_mid_traffic", "long_stall",
                  "commands_beside_frames", "route_by_hand", "reset_sweeps_the_sets", "delay_waits_for_the_set",
                  "clock_by_hand", "cnm_with_a_running_clock"], "flb_tx_wire_top")
+
+
+def test_rtl_marks_wide():
+    """The marks by hand at 8 paths, 16 destinations, 16-bit ticks and the default sampling period
+    (``tb/flb/tx_marks.py``'s second scenario)."""
+    from lbpipe.tb.flb.tx_marks import WIDE
+    _run(WIDE, ["marks_by_hand"], "flb_tx_wire_top_marks")
 
 
 @pytest.mark.regression

@@ -23,6 +23,13 @@ enters.
 **CNMs** reach flb-isolate on ``cnm`` (``now`` from the wire's clock), or through ``ctl`` table 49, which lets a trace
 carry them. Delays reach flb-route on ``dly``, or through ``ctl`` table 0 (flb-route's own table 0).
 
+**Marks** (docs/flb_rx_wire.md's format; section 3.1): a routed FLB frame leaves with BTH byte 4 bits 5..0 and the
+UDP checksum (both under the ICRC's mask) set by the sampler, a three-stage pipeline beside the deparser (M0 to M2):
+a sample (``S``, the frame's ``now`` as its stamp) when its (destination, path) has not been sampled since reset or
+``sample period`` ticks have passed since its last sample (``ctl`` table 48 index 2; 0: never); else the newest
+measurement waiting for its destination (``P``, path and delay: from ``meas``, flb-rx-wire's output, or ``ctl``
+table 50); else both cleared. The mark stage after the deparser writes them.
+
 Cut-through only: a frame leaves as it arrives once its action is resolved (the deparser's cut-through mode).
 """
 
@@ -38,15 +45,20 @@ from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
+from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 
-__all__ = ["FlbTxWire", "WireCnm", "WireDelay", "N_STATS", "TABLE_DELAY", "TABLE_CLOCK", "TABLE_CNM",
-           "check_parameters"]
+__all__ = ["FlbTxWire", "WireCnm", "WireDelay", "WireMeas", "N_STATS", "TABLE_DELAY", "TABLE_CLOCK", "TABLE_CNM",
+           "TABLE_MEAS", "check_parameters"]
 
-#: Control tables: flb-route's delays at 0, the clock at 48, a CNM at 49.
-TABLE_DELAY, TABLE_CLOCK, TABLE_CNM = 0, 48, 49
-#: Counters: flb-isolate (8), deparser (3), frames not FLB, FLB frames with no route, set updates sent.
-N_STATS = N_ISOLATE_STATS + 3 + 3
+#: Control tables: flb-route's delays at 0, the clock (and the sampling period) at 48, a CNM at 49, a measurement
+#: to piggyback at 50.
+TABLE_DELAY, TABLE_CLOCK, TABLE_CNM, TABLE_MEAS = 0, 48, 49, 50
+#: Counters: flb-isolate (8), deparser (3), frames not FLB, FLB frames with no route, set updates sent, samples
+#: stamped, measurements piggybacked.
+N_STATS = N_ISOLATE_STATS + 3 + 5
+#: BTH byte 4's marks (``S``, ``P``) and the offsets of the UDP checksum and BTH byte 4 from the UDP header.
+MARK_S, MARK_P, CSUM_OFFSET, BTH_BYTE4_OFFSET = 0x20, 0x10, 6, 12
 
 
 def _bits(n):
@@ -54,13 +66,17 @@ def _bits(n):
 
 
 def check_parameters(*, n_flows, n_dests, n_paths, n_slots, n_ports, time_bits, delay_bits, timeout, release,
-                     margin, dest_shift, tick_cycles, depth):
+                     margin, dest_shift, tick_cycles, depth, sample_ticks):
     check_route(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits, delay_bits=delay_bits,
                 timeout=timeout, margin=margin)
     check_isolate(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots, time_bits=time_bits,
                   timeout=release, n_ports=n_ports)
-    for name, value in (("dest_shift", dest_shift), ("tick_cycles", tick_cycles), ("depth", depth)):
+    for name, value in (("dest_shift", dest_shift), ("tick_cycles", tick_cycles), ("depth", depth),
+                        ("sample_ticks", sample_ticks)):
         check_int(name, value)
+    if not 0 <= sample_ticks < min(1 << 16, 1 << time_bits):
+        raise ValueError(f"sample_ticks must be 0 to {min(1 << 16, 1 << time_bits) - 1} (16 bits, and below the "
+                         f"clock's wrap: a longer period never passes), not {sample_ticks}")
     if n_flows & (n_flows - 1):
         raise ValueError(f"n_flows must be a power of two (the flow hash's low bits), not {n_flows}")
     if n_dests > 256:
@@ -83,6 +99,18 @@ def WireDelay(*, n_dests=16, n_paths=8, delay_bits=16):
     return data.StructLayout({"dest": _bits(n_dests), "path": _bits(n_paths), "delay": delay_bits})
 
 
+def WireMeas(*, n_dests=16, n_paths=8, delay_bits=16):
+    """One measurement on ``meas`` (flb-rx-wire's ``meas``): the queueing delay of (``edge``, ``path``) to carry
+    back to ``edge``, at most 16 bits (the checksum field)."""
+    return data.StructLayout({"edge": _bits(n_dests), "path": _bits(n_paths), "delay": min(delay_bits, 16)})
+
+
+def _Mark():
+    """One per frame, in frame order: write BTH byte 4 bits 5..0 and the UDP checksum (at fixed offsets from the
+    frame's L4 offset)."""
+    return data.StructLayout({"apply": 1, "l4_off": 8, "bits": 6, "value": 16})
+
+
 def WireFields(n_paths):
     """What the deparser needs from the parser's item: FLB traffic, UDP and ICRC offsets, the port's low bits."""
     return data.StructLayout({"flb": 1, "l4_off": 8, "icrc_off": 14, "sport_low": _bits(n_paths)})
@@ -103,6 +131,8 @@ class FlbTxWire(wiring.Component):
         Clocks per tick of ``now`` after reset (0: stopped).
     depth : int
         Deparser frame buffer, in beats.
+    sample_ticks : int
+        Ticks between two samples of one (destination, path) after reset (0: no samples).
 
     Members
     -------
@@ -112,19 +142,25 @@ class FlbTxWire(wiring.Component):
         CNMs received, to flb-isolate.
     dly : In(stream.Signature(WireDelay(...)))
         Piggybacked delays, to flb-route's delay table.
+    meas : In(stream.Signature(WireMeas(...)))
+        Measurements to piggyback toward their edge (flb-rx-wire's ``meas``).
     ctl : In(ControlSignature())
-    stats : Out(32 * 14)
+    stats : Out(32 * 16)
     """
 
     #: The side FIFO: every frame's fields, from the first stage to the join; flb-route's output ring (and the
     #: packets allowed between O and the join).
     SIDE_DEPTH, ROUTE_OUT_DEPTH = 32, 16
+    #: The mark FIFO: one entry per frame between the sampler and the mark stage (the deparser's frames in flight).
+    MARK_DEPTH = 64
 
     def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, n_slots=8, n_ports=8, time_bits=16, delay_bits=16,
-                 timeout=4096, release=4096, margin=0, dest_shift=8, tick_cycles=64, depth=256):
+                 timeout=4096, release=4096, margin=0, dest_shift=8, tick_cycles=64, depth=256, sample_ticks=64):
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots, n_ports=n_ports,
                          time_bits=time_bits, delay_bits=delay_bits, timeout=timeout, release=release,
-                         margin=margin, dest_shift=dest_shift, tick_cycles=tick_cycles, depth=depth)
+                         margin=margin, dest_shift=dest_shift, tick_cycles=tick_cycles, depth=depth,
+                         sample_ticks=sample_ticks)
+        self._sample_ticks, self._mdb = sample_ticks, min(delay_bits, 16)
         self._nf, self._nd, self._n, self._tb, self._tick = n_flows, n_dests, n_paths, time_bits, tick_cycles
         self._fb, self._db, self._pb, self._shift = _bits(n_flows), _bits(n_dests), _bits(n_paths), dest_shift
         self._parser = Parser(early=True)
@@ -139,23 +175,30 @@ class FlbTxWire(wiring.Component):
             "m_axis": Out(axis),
             "cnm": In(stream.Signature(WireCnm(n_flows=n_flows, n_dests=n_dests, n_ports=n_ports))),
             "dly": In(stream.Signature(WireDelay(n_dests=n_dests, n_paths=n_paths, delay_bits=delay_bits))),
+            "meas": In(stream.Signature(WireMeas(n_dests=n_dests, n_paths=n_paths, delay_bits=delay_bits))),
             "ctl": In(ControlSignature()),
             "stats": Out(32 * N_STATS),
         })
 
     @property
     def memory_bits(self):
-        """The mask filter's bits (flb-route's and flb-isolate's tables are their own)."""
-        return self._nd * (1 + self._n)
+        """The mask filter's bits and the sampler's (flb-route's and flb-isolate's tables are their own)."""
+        return self._nd * (1 + self._n) + self.sampler_bits
+
+    @property
+    def sampler_bits(self):
+        """The sampler's memories: the last sample's tick per (destination, path slot), the waiting measurement
+        per destination (and its valid bit)."""
+        return (self._nd << self._pb) * (1 + self._tb) + self._nd * (1 + self._pb + self._mdb)
 
     @property
     def latency(self):
         """Edges from the one that takes an FLB frame's first beat to the one that hands its first beat on,
         unthrottled, for a frame of two beats or more: the second beat, the parser, the first stage, flb-isolate's
         input slice, flb-isolate, its output slice, the mask filter (U0, U1), O, flb-route, its output ring (the
-        write, then the head register) and the deparser (the join adds none)."""
+        write, then the head register), the deparser (the join adds none) and the mark stage's slice."""
         return (1 + Parser.latency + 1 + 1 + self._isolate.latency + 1 + 2 + 1 + self._route.latency + 2
-                + Deparser.latency)
+                + Deparser.latency + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -164,23 +207,28 @@ class FlbTxWire(wiring.Component):
         m.submodules.route = route = self._route
         m.submodules.deparser = deparser = self._deparser
         m.submodules.side = side = StreamFIFO(shape=WireFields(self._n), depth=self.SIDE_DEPTH)
+        m.submodules.marks = marks = StreamFIFO(shape=_Mark(), depth=self.MARK_DEPTH)
         wiring.connect(m, wiring.flipped(self.s_axis), parser.s_axis)
         wiring.connect(m, parser.m_axis, deparser.s_axis)
-        wiring.connect(m, deparser.m_axis, wiring.flipped(self.m_axis))
         now = self._clock(m)
         skipped = self._classify(m, parser, isolate, side, now)
         cnm_in = self._cnm_input(m, isolate)
         room, inc, dec = self._credits(m)
         updates = self._mask_filter(m, isolate, route, room, inc)
-        unrouted = self._join(m, route, side, deparser, dec)
-        self._control(m, route, cnm_in)
+        meas_in = self._meas_input(m)
+        sampler, stamped, piggybacked = self._sampler(m, marks, meas_in)
+        unrouted = self._join(m, route, side, deparser, dec, sampler)
+        self._mark(m, deparser, marks)
+        self._control(m, route, cnm_in, meas_in)
         m.d.comb += self.stats.eq(Cat(isolate.stats, deparser.stats, counter32(m, "not_flb", skipped),
-                                      counter32(m, "no_route", unrouted), counter32(m, "set_updates", updates)))
+                                      counter32(m, "no_route", unrouted), counter32(m, "set_updates", updates),
+                                      counter32(m, "stamped", stamped), counter32(m, "piggybacked", piggybacked)))
         return m
 
     def _clock(self, m):
         """``now``, stepped when the prescaler has counted ``period`` clocks (``period`` 0: stopped)."""
         self._clock_cmd = tick_clock(m, "now", self._tb, self._tick)
+        self._sample_period = Signal(16, init=self._sample_ticks, name="sample_period")
         return self._clock_cmd[0]
 
     def _classify(self, m, parser, isolate, side, now):
@@ -352,9 +400,9 @@ class FlbTxWire(wiring.Component):
             m.d.sync += head_v.eq(0)
         return head
 
-    def _join(self, m, route, side, deparser, dec):
+    def _join(self, m, route, side, deparser, dec, sampler):
         """flb-route's result through a ring it never waits on (``route.o.ready`` is 1: :meth:`_credits`), beside
-        the side FIFO's head, into the deparser's action:
+        the side FIFO's head, into the deparser's action and the sampler's M0 (every frame, in the same clock):
         for an FLB frame with a route, the port's low bits become the path (XOR with the old ones): flb-isolate's
         isolation path for an isolated flow (the tag's), else flb-route's. Returns the "no route" count enable."""
         res_t = route.o.payload.shape()
@@ -370,27 +418,143 @@ class FlbTxWire(wiring.Component):
                      go.eq(flb & res.ok & (xor != 0))]
         here = side.o.valid & (~flb | sink.valid)
         take = Signal(name="join_take")
+        m_ready, m_item = sampler
         m.d.comb += [
             act.tag.eq(0), act.drop.eq(0), act.rewrite.eq(go),
             act.l4_off.eq(head.l4_off), act.icrc_off.eq(head.icrc_off), act.sport_xor.eq(xor),
-            deparser.act.valid.eq(here), take.eq(here & deparser.act.ready),
+            deparser.act.valid.eq(here & m_ready), take.eq(here & m_ready & deparser.act.ready),
             side.o.ready.eq(take), sink.ready.eq(take & flb), dec.eq(take & flb),
+            m_item.valid.eq(take), m_item.routed.eq(flb & res.ok), m_item.dest.eq(res.dest), m_item.path.eq(path),
+            m_item.now.eq(res.now), m_item.l4_off.eq(head.l4_off),
         ]
         return take & flb & ~res.ok
 
-    def _control(self, m, route, cnm_in):
+    def _meas_input(self, m):
+        """The measurements to piggyback, behind a register slice whose output is always taken; :meth:`_control`
+        feeds it from ``meas`` or, while a table-50 command is offered, from the command (``meas`` held)."""
+        meas = stream.Signature(self.meas.payload.shape()).create()
+        meas_ready = Signal(name="meas_slice_ready")
+        self._meas_out = out = stream.Signature(self.meas.payload.shape()).flip().create()
+        register_slice(m, "meas", meas.valid, meas.payload, meas_ready, out)
+        m.d.comb += out.ready.eq(1)
+        return meas, meas_ready
+
+    def _sampler(self, m, marks, meas_in):
+        """M0 to M2, one adv (the mark FIFO has room, or M2 is empty); every frame enters M0 from the join and
+        leaves M2 as its entry in the mark FIFO.
+
+        * M0 reads the tick of the last sample of the frame's (destination, path) (LUT RAM, with its ``known`` bit:
+          swept at reset, the join waits meanwhile) and registers ``now - last`` and ``now - M1's now``.
+        * M1 samples a routed frame when sampling is on and the pair is unknown or ``sample period`` ticks have
+          passed; the tick M0 read misses the write of the frame M1 held in that clock, so when that frame was of
+          the same pair and sampled, M1 takes its own difference from it (``now - M1's now``). M1 writes the tick.
+        * M2: a routed frame not sampled carries its destination's waiting measurement, if any (valid bits in
+          flip-flops, the measurement in LUT RAM), and empties the slot; a measurement arriving in that clock for
+          the destination is newer and stays.
+
+        Returns ``((ready, item), stamped, piggybacked)``: M0's ready and input, the two counters' enables."""
+        nd, tb, pb, db = self._nd, self._tb, self._pb, self._db
+        lay = data.StructLayout({"valid": 1, "routed": 1, "dest": db, "path": pb, "now": tb, "l4_off": 8})
+        item = Signal(lay, name="m_in")
+        m0, m1, m2 = (Signal(lay, name=f"m{k}") for k in range(3))
+        m.submodules.last = last = memory.Memory(shape=data.StructLayout({"known": 1, "tick": tb}),
+                                                  depth=nd << pb, init=[])
+        wr, rd = last.write_port(), last.read_port(domain="comb")
+        busy = Signal(init=1, name="last_sweep")
+        sweep = Signal(range(nd << pb), init=(nd << pb) - 1, name="last_sweep_addr")
+        with m.If(busy):
+            m.d.sync += sweep.eq(sweep - 1)
+            with m.If(sweep == 0):
+                m.d.sync += busy.eq(0)
+        adv = Signal(name="m_adv")
+        m.d.comb += [adv.eq(marks.i.ready | ~m2.valid), rd.addr.eq(Cat(m0.path, m0.dest))]
+        # M1's registers beside the item: the two differences, the known bit, the same-pair hit and whether the
+        # frame M1 held before sampled
+        diff_mem, diff_fwd = Signal(tb, name="m1_diff_mem"), Signal(tb, name="m1_diff_fwd")
+        known, hit = Signal(name="m1_known"), Signal(name="m1_hit")
+        sampled, s2 = Signal(name="m1_sampled"), Signal(name="m2_sampled")        # s2: M2's frame was sampled
+        use_fwd = Signal(name="m1_use_fwd")
+        diff = Signal(tb, name="m1_diff")
+        period = self._sample_period
+        m.d.comb += [
+            use_fwd.eq(hit & s2), diff.eq(Mux(use_fwd, diff_fwd, diff_mem)),
+            sampled.eq(m1.valid & m1.routed & (period != 0) & (~(known | use_fwd) | (diff >= period))),
+            wr.addr.eq(Mux(busy, sweep, Cat(m1.path, m1.dest))), wr.data.known.eq(~busy),
+            wr.data.tick.eq(m1.now), wr.en.eq(busy | (adv & sampled)),
+        ]
+        with m.If(adv):
+            m.d.sync += [
+                m0.eq(item), m1.eq(m0), m2.eq(m1), s2.eq(sampled),
+                diff_mem.eq(m0.now - rd.data.tick), diff_fwd.eq(m0.now - m1.now), known.eq(rd.data.known),
+                hit.eq(m1.valid & m1.routed & (m0.dest == m1.dest) & (m0.path == m1.path)),
+            ]
+        # the waiting measurements: valid bits (flip-flops), the measurement (LUT RAM)
+        mlay = data.StructLayout({"path": pb, "delay": self._mdb})
+        m.submodules.slots = slots = memory.Memory(shape=mlay, depth=nd, init=[])
+        swr, srd = slots.write_port(), slots.read_port(domain="comb")
+        waiting = Signal(nd, name="slot_valid")
+        meas = self._meas_out
+        into = meas.valid & (meas.payload.edge < nd)
+        piggy = Signal(name="m2_piggyback")
+        m.d.comb += [
+            swr.addr.eq(meas.payload.edge), swr.data.path.eq(meas.payload.path),
+            swr.data.delay.eq(meas.payload.delay), swr.en.eq(into),
+            srd.addr.eq(m2.dest), piggy.eq(m2.valid & m2.routed & ~s2 & waiting.bit_select(m2.dest, 1)),
+        ]
+        for k in range(nd):
+            with m.If(into & (meas.payload.edge == k)):
+                m.d.sync += waiting[k].eq(1)
+            with m.Elif(adv & piggy & (m2.dest == k)):
+                m.d.sync += waiting[k].eq(0)
+        e = marks.i.payload
+        m.d.comb += [
+            marks.i.valid.eq(m2.valid),
+            e.apply.eq(m2.routed), e.l4_off.eq(m2.l4_off),
+            e.bits.eq(Mux(s2, MARK_S, Mux(piggy, MARK_P | srd.data.path, 0))),
+            e.value.eq(Mux(s2, m2.now[:16], Mux(piggy, srd.data.delay, 0))),
+        ]
+        ready = Signal(name="m_ready")
+        m.d.comb += ready.eq(adv & ~busy)
+        return (ready, item), adv & s2 & m2.valid, adv & piggy
+
+    def _mark(self, m, deparser, marks):
+        """The deparser's beats through the mark stage to ``m_axis``: in a routed FLB frame, BTH byte 4 bits 5..0
+        become the entry's bits (FECN, BECN kept) and the UDP checksum its value (both under the ICRC's mask)."""
+        src = deparser.m_axis
+        beat = Signal(BEAT, name="mark_in")
+        m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
+                     beat.tuser.eq(src.tuser)]
+
+        def edit(index, entry, tdata):
+            lanes = [tdata[8 * j:8 * j + 8] for j in range(64)]
+            value = [entry.value[8:16], entry.value[0:8]]          # big-endian on the wire: byte k of the field
+            for j, selects in field_lanes(index, entry.l4_off, CSUM_OFFSET, 2).items():
+                for k in (0, 1):
+                    on = [s for s, kk in selects if kk == k]
+                    if on:
+                        lanes[j] = Mux(entry.apply & Cat(*on).any(), value[k], lanes[j])
+            for j, selects in field_lanes(index, entry.l4_off, BTH_BYTE4_OFFSET).items():
+                on = entry.apply & Cat(*[s for s, _ in selects]).any()
+                lanes[j] = Cat(Mux(on, entry.bits, lanes[j][:6]), lanes[j][6:])
+            return Cat(*lanes)
+        edit_beats(m, "mark", src.tvalid, beat, src.tready, marks.o, edit, self.m_axis)
+
+    def _control(self, m, route, cnm_in, meas_in):
         """Table 0 to flb-route (a delay); 48 the clock; 49 a CNM into flb-isolate's CNM slice, which the ``cnm``
         port otherwise drives (while a command is offered the port is held). A command is registered before it is
         offered (``ctl.ready`` a flip-flop); other tables are taken and ignored.
 
         Table 49's data: ``dest`` in bits 0 to 15, ``cp`` 16 to 23, ``n`` 24 to 27, ``cong`` bit 28; its index is
-        the flow."""
+        the flow. Table 48 index 2 sets the sampling period (ticks; 0: no samples). Table 50 is a measurement to
+        piggyback into the sampler's slots: index the edge, data the delay in bits 0 to 15, the path 16 to 19."""
         clock_now, period, pre = self._clock_cmd
         cnm, cnm_ready = cnm_in
+        meas, meas_ready = meas_in
         c = self.ctl.payload
         cmd = Signal.like(c, reset_less=True)
         to_route, to_cnm = Signal(name="ctl_to_route"), Signal(name="ctl_to_cnm")
-        idle = ~to_route & ~to_cnm
+        to_meas = Signal(name="ctl_to_meas")
+        idle = ~to_route & ~to_cnm & ~to_meas
         m.d.comb += [
             self.ctl.ready.eq(idle),
             route.ctl.payload.eq(cmd), route.ctl.valid.eq(to_route),
@@ -403,14 +567,32 @@ class FlbTxWire(wiring.Component):
             m.d.comb += [cnm.valid.eq(self.cnm.valid), p.flow.eq(self.cnm.payload.flow),
                          p.dest.eq(self.cnm.payload.dest), p.cp.eq(self.cnm.payload.cp), p.n.eq(self.cnm.payload.n),
                          p.cong.eq(self.cnm.payload.cong), self.cnm.ready.eq(cnm_ready)]
+        q = meas.payload
+        with m.If(to_meas):
+            m.d.comb += [meas.valid.eq(1), q.edge.eq(cmd.index), q.path.eq(cmd.data[16:20]), q.delay.eq(cmd.data[0:16]),
+                         self.meas.ready.eq(0)]
+        with m.Else():
+            m.d.comb += [meas.valid.eq(self.meas.valid), q.eq(self.meas.payload), self.meas.ready.eq(meas_ready)]
+        # the clock's registers are written a clock after the command is taken, from the registered command and
+        # decode (the decode of the AXI4-Lite bridge's registers straight into ``now`` was 7 levels)
+        set_now, set_period, set_sample = (Signal(name=f"ctl_set_{n}") for n in ("now", "period", "sample"))
+        clock = self.ctl.valid & (c.table == TABLE_CLOCK)
+        m.d.sync += [set_now.eq(0), set_period.eq(0), set_sample.eq(0)]
         with m.If(idle):
             m.d.sync += [cmd.eq(c), to_route.eq(self.ctl.valid & (c.table == TABLE_DELAY)),
-                         to_cnm.eq(self.ctl.valid & (c.table == TABLE_CNM))]
-            with m.If(self.ctl.valid & (c.table == TABLE_CLOCK) & (c.index == 0)):
-                m.d.sync += clock_now.eq(c.data)
-            with m.If(self.ctl.valid & (c.table == TABLE_CLOCK) & (c.index == 1)):
-                m.d.sync += [period.eq(c.data), pre.eq(0)]
+                         to_cnm.eq(self.ctl.valid & (c.table == TABLE_CNM)),
+                         to_meas.eq(self.ctl.valid & (c.table == TABLE_MEAS)),
+                         set_now.eq(clock & (c.index == 0)), set_period.eq(clock & (c.index == 1)),
+                         set_sample.eq(clock & (c.index == 2))]
+        with m.If(set_now):
+            m.d.sync += clock_now.eq(cmd.data)
+        with m.If(set_period):
+            m.d.sync += [period.eq(cmd.data), pre.eq(0)]
+        with m.If(set_sample):
+            m.d.sync += self._sample_period.eq(cmd.data)
         with m.If(to_route & route.ctl.ready):
             m.d.sync += to_route.eq(0)
         with m.If(to_cnm & cnm_ready):
             m.d.sync += to_cnm.eq(0)
+        with m.If(to_meas & meas_ready):
+            m.d.sync += to_meas.eq(0)

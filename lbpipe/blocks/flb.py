@@ -271,8 +271,10 @@ def _tx_wire_extra(params, component):
     return {
         "Latency": f"{component.latency} cycles from a frame's first beat in to its first beat out (cut-through), "
                    f"one beat per clock at every frame size (lbpipe bench flb-tx-wire)",
-        "Mask filter": f"{component.memory_bits} bits ({params['n_dests']} x (known, {params['n_paths']}-bit set)), "
-                       f"beside flb-route's and flb-isolate's tables",
+        "Mask filter": f"{component.memory_bits - component.sampler_bits} bits ({params['n_dests']} x (known, "
+                       f"{params['n_paths']}-bit set)), beside flb-route's and flb-isolate's tables",
+        "Sampler": f"{component.sampler_bits} bits (the last sample's tick per destination and path slot, the "
+                   f"waiting measurement per destination)",
         "Paper (Table 1, Tofino)": "FLB as a whole: 5.82% match crossbar, 5.87% hash bits, 9.56% gateway, 4.12% "
                                    "SRAM, 3.34% VLIW actions, 8.2% ALU (not comparable cell by cell)",
     }
@@ -281,8 +283,9 @@ def _tx_wire_extra(params, component):
 BLOCKS.append(Block(
     name="flb-tx-wire",
     summary="FLB source edge switch in the wire: parser -> flb-isolate -> isolated-path set filter -> flb-route -> "
-            "deparser (path into the UDP source port's low bits, ICRC updated); CNMs on cnm, piggybacked delays on "
-            "dly, or both through ctl; 512-bit AXI4-Stream",
+            "deparser (path into the UDP source port's low bits, ICRC updated) -> marks (send stamps of samples, "
+            "measurements carried back); CNMs on cnm, piggybacked delays on dly, measurements on meas, or all "
+            "through ctl; 512-bit AXI4-Stream",
     paper_ref="FLB, sections 3.1, 3.2, 3.4, Algorithm 1, on RoCEv2 frames",
     params=[
         Param("n_flows", 65536, "flb-route's flow table and flb-isolate's flow range (flow = the parser's flow "
@@ -299,6 +302,8 @@ BLOCKS.append(Block(
         Param("dest_shift", 8, "lowest bit of the destination edge switch in the destination address"),
         Param("tick_cycles", 64, "clocks per tick of now after reset (64: 256 ns at 250 MHz), 0 stops it"),
         Param("depth", 256, "deparser frame buffer, in 64-byte beats"),
+        Param("sample_ticks", 64, "ticks between two samples of one (destination, path) after reset (64: 16.4 us, "
+                                  "two base RTTs as the paper samples), 0 for none"),
     ],
     build=load("lbpipe.hdl.flb.wire:FlbTxWire"),
     golden=load("lbpipe.sim.flb.wire:FlbTxWireModel"),

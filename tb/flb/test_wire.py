@@ -23,10 +23,12 @@ from lbpipe.tb.lib.packets import RC_SEND_ONLY, flow_hash, icrc, mixed_roce_fram
 
 BEAT = 64
 # The wire's control map, from docs/flb_tx_wire.md.
-DELAY, CLOCK, CNM = 0, 48, 49
+DELAY, CLOCK, CNM, MEAS = 0, 48, 49, 50
 #: Counters: flb-isolate 0-7 (isolated packets, congestion CNMs, release CNMs, timeouts, full, forged, stale,
-#: rejected), deparser 8-10, not FLB 11, no route 12, set updates 13 (the datasheet's).
-N_COUNTERS = 14
+#: rejected), deparser 8-10, not FLB 11, no route 12, set updates 13, samples 14, piggybacks 15 (the datasheet's).
+N_COUNTERS = 16
+#: Sampling off (table 48 index 2 = 0): the tests of the routing alone, whose frames change only in the port.
+SAMPLING_OFF = {"table": CLOCK, "index": 2, "data": 0}
 
 
 def _params():
@@ -43,6 +45,11 @@ def stop_clock(at=0):
 
 def delay_cmd(dest, path, delay):
     return {"table": DELAY, "index": dest << 4 | path, "data": delay}
+
+
+def meas_cmd(edge, path, delay):
+    """Table 50, as the datasheet packs it: index the edge; data the delay in bits 0-15, the path 16-19."""
+    return {"table": MEAS, "index": edge, "data": delay | path << 16}
 
 
 def cnm_cmd(flow, dest, cp, n, cong):
@@ -96,7 +103,16 @@ def program_for_flows(rng, flows, params):
     third = dest_of(picked[2], params)
     cmds.append(cnm_cmd(flow_index(picked[2], params["n_flows"]), third or 0, 0, 0, 0))
     cmds.append(cnm_cmd(flow_index(picked[0], params["n_flows"]), 0, 0, 0, 1))
+    cmds += measurements(rng, params)
     return cmds
+
+
+def measurements(rng, params, count=6):
+    """Table-50 measurements to piggyback: random edges (one beyond ``n_dests`` when the field has room), paths and
+    16-bit delays; some edges twice (the newer is carried)."""
+    edges = 1 << _bits(params["n_dests"])
+    return [meas_cmd(rng.randrange(edges), rng.randrange(1 << _bits(params["n_paths"])), rng.randrange(1 << 16))
+            for _ in range(count)]
 
 
 def frames_for(rng, count, flows, sizes=None):
@@ -118,7 +134,7 @@ def pcap_trace(seed, n_frames, **params):
 class TB(AxisBench):
     def __init__(self, dut, *, stalls, seed):
         super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True)
-        for port in ("cnm", "dly"):
+        for port in ("cnm", "dly", "meas"):
             getattr(dut, f"{port}_valid").value = 0
             getattr(dut, f"{port}_payload").value = 0
 
@@ -154,6 +170,14 @@ class TB(AxisBench):
         p = _params()
         db, pb = _bits(p["n_dests"]), _bits(p["n_paths"])
         await self._put("dly", dest | path << db | delay << (db + pb))
+
+    async def measurement(self, edge, path, delay):
+        """One item on ``meas`` (edge, path, delay; first field lowest), each value cut to its field (the delay's is
+        min(delay_bits, 16) bits wide)."""
+        p = _params()
+        db, pb = _bits(p["n_dests"]), _bits(p["n_paths"])
+        delay %= 1 << min(p["delay_bits"], 16)
+        await self._put("meas", edge % (1 << db) | (path % (1 << pb)) << db | delay << (db + pb))
 
     async def counters(self):
         return [await self.axil.read_dword(0x40 + 4 * i) for i in range(N_COUNTERS)]
@@ -191,6 +215,37 @@ async def frames_with_stalls(dut):
     errors = await tb.check_frames(expected, inputs=frames)
     errors += await tb.check_counters(model)
     assert _moved(model, frames, expected) > 0, "no frame's port changed: the trace checks no decision"
+    assert model.stats()[14] > 0 and model.stats()[15] > 0, f"no sample or no piggyback: {model.stats()}"
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def samples_over_time(dut):
+    """Eight bursts of frames with stalls (every other one of one-beat frames), the stopped clock moved between them
+    by 0 to twice the sampling period (and once across its wrap), new measurements and once a new period between
+    bursts: every frame (its marks) and counter as the golden model."""
+    tb, model, params, flows = await _setup(dut, stalls=True, seed=11)
+    rng = tb.rng
+    mod = 1 << params["time_bits"]
+    now = rng.randrange(mod)
+    period = params.get("sample_ticks", 64)
+    errors = []
+    for burst in range(8):
+        step = mod - now + rng.randrange(3) if burst == 5 else rng.randrange(2 * period + 1)
+        now = (now + step) % mod
+        cmds = [{"table": CLOCK, "index": 0, "data": now}] + measurements(rng, params, 3)
+        if burst == 3:
+            period = rng.randrange(1, 2 * period + 2)
+            cmds.append({"table": CLOCK, "index": 2, "data": period})
+        await tb.program(model, cmds)
+        # every other burst one-beat frames: a pair's frames then reach the sampler in consecutive clocks
+        frames = frames_for(rng, 30, flows, sizes=[0] if burst % 2 else None)
+        expected = [model.process(f) for f in frames]
+        for f in frames:
+            tb.send(f)
+        errors += await tb.check_frames(expected, inputs=frames)
+    errors += await tb.check_counters(model)
+    assert model.stats()[14] > len(flows), f"too few samples: {model.stats()}"
     assert not errors, "\n".join(errors[:10])
 
 
@@ -212,7 +267,8 @@ async def line_rate(dut):
 
 @cocotb.test()
 async def ports_cnm_and_dly(dut):
-    """The delays on ``dly`` and the CNMs on ``cnm`` instead of ``ctl``, then mixed traffic with stalls, with every
+    """The delays on ``dly``, the CNMs on ``cnm`` and the measurements on ``meas`` instead of ``ctl``, then mixed
+    traffic with stalls, with every
     delay written again (its own value) on ``dly`` while the frames flow; then new delays on ``dly`` and a new flow
     to each destination: every frame and counter as the golden model fed the same items."""
     params = _params()
@@ -230,6 +286,10 @@ async def ports_cnm_and_dly(dut):
             table[item["dest"], item["path"]] = item["delay"]
             await tb.delay(**item)
             model.delay(item)
+        elif cmd["table"] == MEAS:
+            item = {"edge": cmd["index"], "path": cmd["data"] >> 16 & 15, "delay": cmd["data"] & 0xFFFF}
+            await tb.measurement(**item)
+            model.measurement(item)
         else:
             d = cmd["data"]
             item = {"flow": cmd["index"], "dest": d & 0xFFFF, "cp": d >> 16 & 0xFF, "n": d >> 24 & 15,
@@ -410,7 +470,7 @@ def _hand_flows(n_flows):
 
 
 async def _hand_program(tb):
-    for cmd in stop_clock(100) + [delay_cmd(1, p, d) for p, d in HAND_DELAYS.items()]:
+    for cmd in stop_clock(100) + [SAMPLING_OFF] + [delay_cmd(1, p, d) for p, d in HAND_DELAYS.items()]:
         await tb.control(cmd)
     await ClockCycles(tb.dut.clk, 8)
 
@@ -604,6 +664,136 @@ async def cnm_with_a_running_clock(dut):
     c = await tb.counters()
     if c[1] != 1 or c[3] != 0:
         errors.append(f"flb-isolate's counters {c[0:4]}: by hand 1 congestion CNM and no timeout")
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def measurements_race_frames(dut):
+    """Sampling off; per round, one-beat frames to one destination back to back while measurements to it arrive on
+    ``meas`` every clock, with rising delays, until a random clock; then one more frame. By the datasheet's rule (the
+    newest waiting measurement rides on the next frame, once; one arriving in the clock a frame takes the slot is
+    newer and stays): the delays the frames carry rise, and the last measurement given is carried exactly once
+    (no golden model; a rule that let the frame's take win over that clock's measurement loses it)."""
+    params = _params()
+    tb = TB(dut, stalls=False, seed=13)
+    await tb.settle()
+    await _hand_program(tb)                                 # sampling off, destination 1's delays
+    l4 = 14 + 20
+    mask = (1 << min(params["delay_bits"], 16)) - 1
+    value, errors = 0, []
+    for rnd in range(16):
+        frames = [bytes(roce_data("10.0.0.1", "10.0.1.7", 0x1230, 0x111, (rnd << 6) + k, opcode=RC_SEND_ONLY,
+                                  payload_len=0)) for k in range(40)]
+        assert len(frames[0]) <= BEAT
+        stop = tb.rng.randrange(25, 75)          # the frames reach the sampler about 30 clocks after they start
+        for f in frames:
+            tb.send(f)
+        for _ in range(stop):
+            value = (value + 1) & mask or 1
+            await tb.measurement(1, value & 3, value)
+        last = value
+        got = [bytes((await tb.recv(f"round {rnd} frame {k}")).tdata) for k in range(len(frames))]
+        tb.send(frames[0])
+        got.append(bytes((await tb.recv(f"round {rnd} last frame")).tdata))
+        carried = [int.from_bytes(g[l4 + 6:l4 + 8], "big") for g in got if g[l4 + 12] & 0x10]
+        if any(b <= a for a, b in zip(carried, carried[1:])):
+            errors.append(f"round {rnd}: carried delays not rising: {carried}")
+        if carried.count(last) != 1:
+            errors.append(f"round {rnd}: the last measurement ({last}) carried {carried.count(last)} times")
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def reset_forgets_samples(dut):
+    """The sampler's memory is swept at reset (docs/flb_tx_wire.md): with the clock stopped at 100 and a period of 5,
+    G's first frame is sampled (``S``, stamp 100), its second is not; after a reset, at the same tick, G's next frame
+    is sampled again (a pair not sampled since reset). By hand."""
+    tb = TB(dut, stalls=False, seed=14)
+    l4 = 14 + 20
+    g = ("10.0.0.2", "10.0.1.8", 0x4560, 0x000222)
+    marks = []
+    for phase in range(2):
+        await tb.settle()
+        for cmd in stop_clock(100) + [{"table": CLOCK, "index": 2, "data": 5}] + \
+                [delay_cmd(1, p, d) for p, d in HAND_DELAYS.items()]:
+            await tb.control(cmd)
+        await ClockCycles(dut.clk, 8)
+        for k in range(2 - phase):
+            tb.send(bytes(roce_data(*g, 10 * phase + k, opcode=RC_SEND_ONLY, payload_len=0)))
+            got = bytes((await tb.recv(f"phase {phase} frame {k}")).tdata)
+            marks.append((got[l4 + 12] & 0x3F, int.from_bytes(got[l4 + 6:l4 + 8], "big")))
+    assert marks == [(0x20, 100), (0, 0), (0x20, 100)], f"marks (byte 4 bits 5..0, checksum) {marks}"
+
+
+@cocotb.test()
+async def samples_with_a_running_clock(dut):
+    """The clock running (one tick a clock), a sampling period of 2: three one-beat frames of one new pair back to
+    back reach flb-isolate at ticks t, t + 1, t + 2 and the sampler in consecutive clocks. By the datasheet: the
+    first is sampled (stamp t); the second is 1 tick after it (1 < 2, not sampled; its difference comes from the
+    first frame's tick, forwarded, since the memory's read missed that write); the third is 2 ticks after the last
+    sample (sampled, stamp t + 2). By hand, from the stamps the frames carry."""
+    tb = TB(dut, stalls=False, seed=15)
+    await tb.settle()
+    await _hand_program(tb)
+    for cmd in ({"table": CLOCK, "index": 2, "data": 2}, {"table": CLOCK, "index": 1, "data": 1}):
+        await tb.control(cmd)
+    await ClockCycles(dut.clk, 8)
+    l4 = 14 + 20
+    g = ("10.0.0.2", "10.0.1.8", 0x4560, 0x000222)
+    for k in range(3):
+        tb.send(bytes(roce_data(*g, k, opcode=RC_SEND_ONLY, payload_len=0)))
+    got = [bytes((await tb.recv(f"frame {k}")).tdata) for k in range(3)]
+    marks = [(f[l4 + 12] & 0x3F, int.from_bytes(f[l4 + 6:l4 + 8], "big")) for f in got]
+    t = marks[0][1]
+    mask = (1 << _params()["time_bits"]) - 1
+    assert marks == [(0x20, t), (0, 0), (0x20, (t + 2) & mask)], f"marks (bits 5..0, checksum) {marks}"
+
+
+@cocotb.test()
+async def marks_by_hand(dut):
+    """The hand-worked scenarios of ``tb/flb/tx_marks.py`` whose parameters are this build's, each from reset: its
+    commands, measurements (on ``meas``) and frames in order, draining between steps except where a frame must
+    follow the one before right behind it (a sampled pair's second frame, the sampler's read-after-write case);
+    frames and the 16 counters as worked by hand (no golden model)."""
+    from lbpipe.tb.flb.tx_marks import hand_scenarios
+    params = _params()
+    tb = TB(dut, stalls=False, seed=12)
+    errors, ran = [], 0
+    for sc in hand_scenarios():
+        if sc.params != params:
+            continue
+        ran += 1
+        await tb.settle()
+        b2b = set(sc.back_to_back)
+        steps = sc.steps
+        k, i = 0, 0
+        while i < len(steps):
+            step = steps[i]
+            if step[0] == "ctl":
+                await tb.control(step[1])
+                await ClockCycles(dut.clk, 8)
+            elif step[0] == "meas":
+                await tb.measurement(**step[1])
+                await ClockCycles(dut.clk, 8)
+            else:
+                group = [step]
+                while i + 1 < len(steps) and steps[i + 1][0] == "frame" and k + len(group) in b2b:
+                    i += 1
+                    group.append(steps[i])
+                for _, frame, _, _ in group:
+                    tb.send(frame)
+                for _, _, want, note in group:
+                    got = bytes((await tb.recv(f"{sc.name} frame {k}")).tdata)
+                    if got != want:
+                        at = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), len(got))
+                        errors.append(f"{sc.name} frame {k} ({note}): differs from byte {at}: "
+                                      f"{got[at:at + 4].hex()} by hand {want[at:at + 4].hex()}")
+                    k += 1
+            i += 1
+        counters = await tb.counters()
+        if counters != sc.stats:
+            errors.append(f"{sc.name}: counters {counters}, by hand {sc.stats}")
+    assert ran, f"no hand-worked scenario for {params}"
     assert not errors, "\n".join(errors[:10])
 
 
