@@ -235,3 +235,25 @@ def test_rtl_shallow_tap():
     class ShallowTap(FlbRxWire):
         TAP_DEPTH = 2
     _run_rtl(RTL_SMALL, ["frames_with_stalls", "long_stall"], "flb_rx_wire_top_tap2", ShallowTap)
+
+
+def test_pairs_with_the_tx_wire():
+    """flb-rx-wire's dly, cnm and meas connect to flb-tx-wire's with wiring.connect when the parameters pair up as
+    both datasheets say (the defaults; 5 edges, 6 paths, 12-bit delays); a different n_paths does not connect."""
+    from amaranth import Module
+    from amaranth.lib import wiring
+    from lbpipe.hdl.flb.rx_wire import FlbRxWire
+    from lbpipe.hdl.flb.wire import FlbTxWire
+    pairs = [({}, {}),
+             (dict(n_edges=5, n_paths=6, delay_bits=12, time_bits=12, n_flows=1024, n_ports=4),
+              dict(n_dests=5, n_paths=6, delay_bits=12, time_bits=12, n_flows=1024, n_ports=4, timeout=1000,
+                   release=1000))]
+    for rx, tx in pairs:
+        m = Module()
+        m.submodules.rx, m.submodules.tx = a, b = FlbRxWire(**rx), FlbTxWire(**tx)
+        for port in ("dly", "cnm", "meas"):
+            wiring.connect(m, getattr(a, port), getattr(b, port))
+    m = Module()
+    m.submodules.rx, m.submodules.tx = a, b = FlbRxWire(n_paths=4), FlbTxWire(n_paths=8)
+    with pytest.raises(wiring.ConnectionError):
+        wiring.connect(m, a.dly, b.dly)

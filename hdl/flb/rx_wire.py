@@ -24,6 +24,7 @@ from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from lbpipe.hdl.flb import wire as tx_wire
 from lbpipe.hdl.flb.owd import Owd, check_parameters as check_owd
 from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature, check_int
@@ -72,19 +73,19 @@ def check_parameters(*, n_edges, n_paths, n_flows, n_ports, time_bits, delay_bit
 
 
 def WireMeas(*, n_edges=16, n_paths=8, delay_bits=16):
-    """One measurement on ``meas``: the queueing delay of (``edge``, ``path``) a sample gave, in ticks."""
-    return data.StructLayout({"edge": _bits(n_edges), "path": _bits(n_paths), "delay": delay_bits})
+    """One measurement on ``meas``: the queueing delay of (``edge``, ``path``) a sample gave, in ticks
+    (flb-tx-wire's ``meas``)."""
+    return tx_wire.WireMeas(n_dests=n_edges, n_paths=n_paths, delay_bits=delay_bits)
 
 
 def WireDly(*, n_edges=16, n_paths=8, delay_bits=16):
     """One piggybacked delay on ``dly`` (flb-tx-wire's ``dly``)."""
-    return data.StructLayout({"dest": _bits(n_edges), "path": _bits(n_paths), "delay": delay_bits})
+    return tx_wire.WireDelay(n_dests=n_edges, n_paths=n_paths, delay_bits=delay_bits)
 
 
 def WireCnm(*, n_flows=65536, n_edges=16, n_ports=8):
     """One CNM on ``cnm`` (flb-tx-wire's ``cnm``)."""
-    return data.StructLayout({"flow": _bits(n_flows), "dest": _bits(n_edges), "cp": _bits(n_ports), "n": 4,
-                              "cong": 1})
+    return tx_wire.WireCnm(n_flows=n_flows, n_dests=n_edges, n_ports=n_ports)
 
 
 def _Tap(n_flows, n_edges, n_ports):

@@ -45,7 +45,7 @@ from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
-from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
+from lbpipe.hdl.packet.marks import edit_axis, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 
 __all__ = ["FlbTxWire", "WireCnm", "WireDelay", "WireMeas", "N_STATS", "TABLE_DELAY", "TABLE_CLOCK", "TABLE_CNM",
@@ -447,7 +447,8 @@ class FlbTxWire(wiring.Component):
           swept at reset, the join waits meanwhile) and registers ``now - last`` and ``now - M1's now``.
         * M1 samples a routed frame when sampling is on and the pair is unknown or ``sample period`` ticks have
           passed; the tick M0 read misses the write of the frame M1 held in that clock, so when that frame was of
-          the same pair and sampled, M1 takes its own difference from it (``now - M1's now``). M1 writes the tick.
+          the same pair and sampled, M1 takes its own difference from it (``now - M1's now``). M1 writes the tick
+          (in every clock it holds a sampled frame: the write enable does not wait for the stage's advance).
         * M2: a routed frame not sampled carries its destination's waiting measurement, if any (valid bits in
           flip-flops, the measurement in LUT RAM), and empties the slot; a measurement arriving in that clock for
           the destination is newer and stays.
@@ -480,7 +481,9 @@ class FlbTxWire(wiring.Component):
             use_fwd.eq(hit & s2), diff.eq(Mux(use_fwd, diff_fwd, diff_mem)),
             sampled.eq(m1.valid & m1.routed & (period != 0) & (~(known | use_fwd) | (diff >= period))),
             wr.addr.eq(Mux(busy, sweep, Cat(m1.path, m1.dest))), wr.data.known.eq(~busy),
-            wr.data.tick.eq(m1.now), wr.en.eq(busy | (adv & sampled)),
+            # the tick is written while M1 holds a sampled frame, not only as it leaves: a stalled frame writes the
+            # same tick again, and a frame in M0 that reads it then gets the value forwarding would give it
+            wr.data.tick.eq(m1.now), wr.en.eq(busy | sampled),
         ]
         with m.If(adv):
             m.d.sync += [
@@ -520,11 +523,6 @@ class FlbTxWire(wiring.Component):
     def _mark(self, m, deparser, marks):
         """The deparser's beats through the mark stage to ``m_axis``: in a routed FLB frame, BTH byte 4 bits 5..0
         become the entry's bits (FECN, BECN kept) and the UDP checksum its value (both under the ICRC's mask)."""
-        src = deparser.m_axis
-        beat = Signal(BEAT, name="mark_in")
-        m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
-                     beat.tuser.eq(src.tuser)]
-
         def edit(index, entry, tdata):
             lanes = [tdata[8 * j:8 * j + 8] for j in range(64)]
             value = [entry.value[8:16], entry.value[0:8]]          # big-endian on the wire: byte k of the field
@@ -537,7 +535,7 @@ class FlbTxWire(wiring.Component):
                 on = entry.apply & Cat(*[s for s, _ in selects]).any()
                 lanes[j] = Cat(Mux(on, entry.bits, lanes[j][:6]), lanes[j][6:])
             return Cat(*lanes)
-        edit_beats(m, "mark", src.tvalid, beat, src.tready, marks.o, edit, self.m_axis)
+        edit_axis(m, "mark", deparser.m_axis, marks.o, edit, self.m_axis)
 
     def _control(self, m, route, cnm_in, meas_in):
         """Table 0 to flb-route (a delay); 48 the clock; 49 a CNM into flb-isolate's CNM slice, which the ``cnm``

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream
 
 from lbpipe.hdl.lib.stage import register_slice
 
-__all__ = ["BEAT", "L4_OFFSETS", "edit_beats", "field_lanes"]
+__all__ = ["BEAT", "L4_OFFSETS", "edit_axis", "edit_beats", "field_lanes"]
 
 #: One beat of a 512-bit AXI4-Stream with a 1-bit ``tuser``, as a payload.
 BEAT = data.StructLayout({"tdata": 512, "tkeep": 64, "tlast": 1, "tuser": 1})
@@ -41,6 +41,14 @@ def field_lanes(index, l4_off, offset, width=1):
             assert pos < 192, f"byte {pos} is past the beats edit_beats tells apart"
             lanes.setdefault(pos % 64, []).append((at & (index == pos // 64), k))
     return lanes
+
+
+def edit_axis(m, name, src, entries, edit, dst):
+    """:func:`edit_beats` from the AXI4-Stream ``src`` (a deparser's ``m_axis``) to ``dst``."""
+    beat = Signal(BEAT, name=f"{name}_in")
+    m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
+                 beat.tuser.eq(src.tuser)]
+    edit_beats(m, name, src.tvalid, beat, src.tready, entries, edit, dst)
 
 
 def edit_beats(m, name, valid, beat, ready, entries, edit, dst):

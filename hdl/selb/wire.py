@@ -35,7 +35,7 @@ from lbpipe.hdl.lib.fifo import StreamFIFO
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.deparser import Deparser
-from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
+from lbpipe.hdl.packet.marks import edit_axis, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 from lbpipe.hdl.selb.cluster import (N_STATS as N_CLUSTER_STATS, Cluster, ClusterSample,
                                      check_parameters as check_cluster)
@@ -279,18 +279,13 @@ class SelbTxWire(wiring.Component):
         """The deparser's beats through the mark stage to ``m_axis``: in a marked frame, the beat holding byte
         ``l4_off + BTH_MARK_OFFSET`` has that byte's bits 1..0 replaced by the mark (multiplexers only in the lanes
         that byte can fall in). A frame's first beat waits for its mark entry."""
-        src = deparser.m_axis
-        beat = Signal(BEAT, name="mark_in")
-        m.d.comb += [beat.tdata.eq(src.tdata), beat.tkeep.eq(src.tkeep), beat.tlast.eq(src.tlast),
-                     beat.tuser.eq(src.tuser)]
-
         def edit(index, entry, tdata):
             lanes = [tdata[8 * j:8 * j + 8] for j in range(64)]
             for j, selects in field_lanes(index, entry.l4_off, BTH_MARK_OFFSET).items():
                 on = entry.apply & Cat(*[s for s, _ in selects]).any()
                 lanes[j] = Cat(Mux(on, entry.bits, lanes[j][:2]), lanes[j][2:])
             return Cat(*lanes)
-        edit_beats(m, "mark", src.tvalid, beat, src.tready, marks.o, edit, self.m_axis)
+        edit_axis(m, "mark", deparser.m_axis, marks.o, edit, self.m_axis)
 
     def _control(self, m, cluster):
         """Tables 0 to 15 to selb-cluster; 48 the clock; 49 and 50 a sample and a tick into selb-cluster's

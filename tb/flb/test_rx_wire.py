@@ -9,8 +9,6 @@ The clock is stopped (``ctl`` table 48) except in ``clock_running``, so the meas
 cycle.
 """
 
-import json
-import os
 import random
 
 import cocotb
@@ -20,6 +18,7 @@ from cocotb.triggers import ClockCycles
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.sim.flb.rx_wire import FlbRxWireModel
 from lbpipe.tb.flb.rx_frames import clocked_steps, cnm_frame, hand_scenarios, mark
+from lbpipe.tb.flb.test_wire import _bits, _params, flows_for as tx_flows_for, stop_clock
 from lbpipe.tb.lib.harness import AxisBench, FirstBeats, StreamSink
 from lbpipe.tb.lib.packets import classify, mixed_roce_frames, sized_data
 
@@ -27,18 +26,6 @@ BEAT = 64
 # The wire's control map and counters, from docs/flb_rx_wire.md.
 FORGET, FORGET_ALL, CLOCK, EDGE = 0, 1, 48, 49
 N_COUNTERS = 8
-
-
-def _params():
-    return json.loads(os.environ["LBPIPE_PARAMS"])
-
-
-def _bits(n):
-    return max(1, (n - 1).bit_length())
-
-
-def stop_clock(at=0):
-    return [{"table": CLOCK, "index": 1, "data": 0}, {"table": CLOCK, "index": 0, "data": at}]
 
 
 def output_layouts(p):
@@ -54,18 +41,8 @@ def output_layouts(p):
 
 def flows_for(rng, p, count=8):
     """(src, dst, sport, dqpn) of ``count`` flows from source edges over every value of the edge's bits (some
-    beyond ``n_edges`` when the field has room), one over IPv6."""
-    flows = []
-    for k in range(count):
-        if k == 3:
-            flows.append(("fd00::1", f"fd00::{k + 2}", rng.randrange(1 << 16), rng.randrange(1 << 24)))
-            continue
-        edge = rng.randrange(1 << _bits(p["n_edges"]))
-        addr = (10 << 24) | (edge << p["edge_shift"]) | rng.randrange(1, 1 << min(p["edge_shift"], 8)) \
-            if p["edge_shift"] else (10 << 24) | edge
-        src = ".".join(str(addr >> s & 255) for s in (24, 16, 8, 0))
-        flows.append((src, "10.0.0.9", rng.randrange(1 << 16), rng.randrange(1 << 24)))
-    return flows
+    beyond ``n_edges`` when the field has room), one over IPv6: flb-tx-wire's flows, the edge in the source."""
+    return tx_flows_for(rng, p["n_edges"], p["edge_shift"], count, source=True)
 
 
 def frames_for(rng, count, flows, p, *, now=0, sizes=None):
@@ -137,13 +114,6 @@ class TB(AxisBench):
         """Reset, then flb-owd's sweep (one clock per (edge, 16 path slots), and a margin)."""
         await self.reset()
         await ClockCycles(self.dut.clk, 16 * self.params["n_edges"] + 64)
-
-    async def program(self, model, cmds):
-        for cmd in cmds:
-            await self.control(cmd)
-            if model is not None:
-                model.control(cmd)
-        await ClockCycles(self.dut.clk, 8)
 
     def clear_outputs(self):
         for sink in self.outs.values():
@@ -229,19 +199,12 @@ async def outputs_held(dut):
     """``meas``, ``dly`` and ``cnm`` not taken for 2,000 clocks while 120 frames come in: their FIFOs fill and the
     frames stop (nothing dropped); released, every frame, item and counter as the golden model."""
     tb, model, p, flows, at = await _setup(dut, stalls=False, seed=3, out_backpressure=0.0)
-    for sink in tb.outs.values():
-        sink.backpressure = 1.0
+
+    def hold(backpressure):
+        return lambda: [setattr(sink, "backpressure", backpressure) for sink in tb.outs.values()]
     frames = frames_for(tb.rng, 120, flows, p, now=at, sizes=[0, 3, 16])
     expected = [model.process(f) for f in frames]
-    for f in frames:
-        tb.send(f)
-    await ClockCycles(dut.clk, 2000)
-    errors = []
-    if tb.source.empty():
-        errors.append("every frame was taken while the outputs were held: the wire did not wait")
-    for sink in tb.outs.values():
-        sink.backpressure = 0.0
-    errors += await tb.check_frames(expected, inputs=frames)
+    errors = await tb.stall_then_check(frames, expected, cycles=2000, hold=hold(1.0), release=hold(0.0))
     errors += await tb.check_outputs(_want(model))
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])
@@ -293,15 +256,7 @@ async def long_stall(dut):
     tb, model, p, flows, at = await _setup(dut, stalls=False, seed=6)
     frames = frames_for(tb.rng, 200, flows, p, now=at, sizes=[0, 3, 16, 40])
     expected = [model.process(f) for f in frames]
-    tb.sink.pause = True
-    for f in frames:
-        tb.send(f)
-    await ClockCycles(dut.clk, 3000)
-    errors = []
-    if tb.source.empty():
-        errors.append("every frame was taken during the stall: it never reached s_axis")
-    tb.sink.pause = False
-    errors += await tb.check_frames(expected, inputs=frames)
+    errors = await tb.stall_then_check(frames, expected)
     errors += await tb.check_outputs(_want(model))
     errors += await tb.check_counters(model)
     assert not errors, "\n".join(errors[:10])

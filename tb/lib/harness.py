@@ -370,6 +370,28 @@ class AxisBench:
                 errors.append(f"output frame {i}: ICRC {got[-4:].hex()} is not the frame's {icrc(got).hex()}")
         return errors
 
+    async def program(self, model, cmds):
+        """Write ``cmds`` through ``ctl`` (and give each to ``model``, unless None), then wait 8 clocks."""
+        for cmd in cmds:
+            await self.control(cmd)
+            if model is not None:
+                model.control(cmd)
+        await ClockCycles(self.dut.clk, 8)
+
+    async def stall_then_check(self, frames, expected, *, cycles=3000, hold=None, release=None):
+        """Send ``frames`` while an output is held for ``cycles`` clocks (``hold()``/``release()``; default
+        ``m_axis``), then release it and check the frames against ``expected`` (:meth:`check_frames`). Returns the
+        error messages, with one if every frame was taken during the stall (it never reached ``s_axis``)."""
+        (hold or (lambda: setattr(self.sink, "pause", True)))()
+        for f in frames:
+            self.send(f)
+        await ClockCycles(self.dut.clk, cycles)
+        errors = []
+        if self.source.empty():
+            errors.append("every frame was taken during the stall: it never reached s_axis")
+        (release or (lambda: setattr(self.sink, "pause", False)))()
+        return errors + await self.check_frames(expected, inputs=frames)
+
     async def check_counters(self, model):
         """The STATUS registers against ``model.stats()``; returns the error messages."""
         counters = [await self.axil.read_dword(0x40 + 4 * i) for i in range(len(model.stats()))]
