@@ -579,21 +579,22 @@ async def clock_by_hand(dut):
     steps = [(100, None, k, 3, "K new"), (100, (3, 60), k, 3, "K gap 0"), (200, None, k, 1, "K gap 100"),
              (300, (1, 3000), k, 1, "K gap 100, none within"), (1299, None, k, 1, "K gap 999"),
              (2299, None, k, 2, "K gap 1,000: new")]
-    for n, (at, delay, flow, want, what) in enumerate(steps):
-        if delay is not None:
-            await tb.control(delay_cmd(1, *delay))
+
+    async def one(flow, n, at, want, what):
+        """The clock set to ``at``, one frame of ``flow``: its path (the port's low bits) must be ``want``."""
         await tb.control({"table": CLOCK, "index": 0, "data": at})
         tb.send(bytes(roce_data(*flow, n, opcode=RC_SEND_ONLY, payload_len=16)))
         got = bytes((await tb.recv(what)).tdata)
         if _port(got) & 3 != want:
             errors.append(f"{what} (now {at}): path {_port(got) & 3}, by hand {want}")
+
+    for n, (at, delay, flow, want, what) in enumerate(steps):
+        if delay is not None:
+            await tb.control(delay_cmd(1, *delay))
+        await one(flow, n, at, want, what)
     await tb.control(cnm_cmd(flow_index(j, nf), 1, 0, 1, 1))
     for n, (at, want, what) in enumerate([(2299, 3, "J isolated"), (3299, 2, "J released by the timeout")]):
-        await tb.control({"table": CLOCK, "index": 0, "data": at})
-        tb.send(bytes(roce_data(*j, n, opcode=RC_SEND_ONLY, payload_len=16)))
-        got = bytes((await tb.recv(what)).tdata)
-        if _port(got) & 3 != want:
-            errors.append(f"{what} (now {at}): path {_port(got) & 3}, by hand {want}")
+        await one(j, n, at, want, what)
     # across the wrap of the 12-bit clock: W new at 4,000 (delays 50, 3,000, 30, 60: path 2); then path 2 at 100
     # and path 0 at 0; at now 4 the gap is 100 (not 4 - 4,000): within the window 100 - d(q) <= 99 only path 3
     # (40): W moves to 3. A gap taken without the wrap would be over the timeout: new, the fastest, path 0.
@@ -602,11 +603,7 @@ async def clock_by_hand(dut):
                                                   (4, ((2, 100), (0, 0)), 3, "W gap 100 across the wrap")]):
         for delay in delays:
             await tb.control(delay_cmd(1, *delay))
-        await tb.control({"table": CLOCK, "index": 0, "data": at})
-        tb.send(bytes(roce_data(*w, n, opcode=RC_SEND_ONLY, payload_len=16)))
-        got = bytes((await tb.recv(what)).tdata)
-        if _port(got) & 3 != want:
-            errors.append(f"{what} (now {at}): path {_port(got) & 3}, by hand {want}")
+        await one(w, n, at, want, what)
     c = await tb.counters()
     if c[0:4] != [1, 1, 0, 1]:
         errors.append(f"flb-isolate's counters {c[0:4]}, by hand [1 isolated, 1 congestion, 0 release, 1 timeout]")
