@@ -73,7 +73,7 @@ DATASHEET_LEVELS = {
     "selb-reorder": 5,      # docs/selb_reorder.md: 5, core and top
     "selb-tx-wire": 6,      # docs/selb_tx_wire.md: 6, core and top
     "flb-tx-wire": 6,       # docs/flb_tx_wire.md: 6, core and top
-    "flb-rx-wire": 6,       # docs/flb_rx_wire.md: 6 core (5 with its top)
+    "flb-rx-wire": 6,       # docs/flb_rx_wire.md: 6, core and top
 }
 
 

@@ -7,12 +7,17 @@ measured by flb-owd (``S``: the measurement leaves on ``meas``) or handed on ``d
 checksum and the marks cleared (both fields under the ICRC's mask: no CRC change). A CNM frame (EtherType 0x88B6)
 addressed to this edge switch is handed on ``cnm`` and passes unchanged. Every other frame passes unchanged.
 
+The destination side's CNMs (section 3.2): every RoCEv2 frame is an enqueue on its egress port (``flb-cnm``), every
+item on ``deq`` a dequeue; a CNM they cause is addressed with its flow's previous hop (``flb-prevhop``, which every
+enqueue records) and leaves as a CNM frame on ``m_cnm``.
+
 Pipeline::
 
     s_axis -> CNM tap (a frame's first beat: EtherType, CNM fields, checked) -> parser -> beat FIFO -> clear -> m_axis
                   \\-> tap FIFO -\\        \\-> F0 (marks, source edge, checks) -> fork -> flb-owd (samples) -\\
                                  \\-------------------------------------------> side FIFO ---------------> join
-    join -> clear FIFO (one entry per frame), meas, dly and cnm FIFOs
+    join -> clear FIFO (one entry per frame), meas, dly and cnm FIFOs, enqueue FIFO
+    enqueue FIFO, deq -> round robin -> flb-cnm -> split (record, lookup) -> flb-prevhop -> CNM frame -> m_cnm
 
 **Clock**: ``now`` (``time_bits``) advances once every ``tick_cycles`` clocks (``ctl`` table 48: index 0 sets ``now``,
 index 1 the cycles per tick, 0 stops it), read as flb-owd takes a sample.
@@ -20,12 +25,14 @@ index 1 the cycles per tick, 0 stops it), read as flb-owd takes a sample.
 Cut-through only: a frame's beats wait in the beat FIFO only until its entry reaches the clear stage.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from lbpipe.hdl.flb import wire as tx_wire
+from lbpipe.hdl.flb.cnm import Cnm, check_parameters as check_cnm
 from lbpipe.hdl.flb.owd import Owd, check_parameters as check_owd
+from lbpipe.hdl.flb.prevhop import PrevHop, check_parameters as check_prevhop
 from lbpipe.hdl.lib.axis import AXI4StreamSignature
 from lbpipe.hdl.lib.control import ControlSignature, check_int
 from lbpipe.hdl.lib.fifo import StreamFIFO
@@ -33,27 +40,35 @@ from lbpipe.hdl.lib.stage import counter32, register_slice, tick_clock
 from lbpipe.hdl.packet.marks import BEAT, edit_beats, field_lanes
 from lbpipe.hdl.packet.parser import Parser
 
-__all__ = ["FlbRxWire", "WireMeas", "N_STATS", "TABLE_CLOCK", "TABLE_EDGE", "CNM_ETHERTYPE", "check_parameters"]
+__all__ = ["FlbRxWire", "WireMeas", "WireDeq", "N_STATS", "TABLE_CLOCK", "TABLE_EDGE", "TABLE_THRESHOLD",
+           "TABLE_MAC", "CNM_ETHERTYPE", "check_parameters"]
 
-#: Control tables: flb-owd's at 0 and 1, the clock at 48, this edge switch's number at 49.
-TABLE_CLOCK, TABLE_EDGE = 48, 49
-#: The CNM frame's EtherType (IEEE 802 local experimental 2) and version; its fields end at byte 24.
-CNM_ETHERTYPE, CNM_VERSION, CNM_BYTES = 0x88B6, 1, 24
+#: Control tables: flb-owd's at 0 and 1, the clock at 48, this edge switch's number at 49, flb-cnm's K at 50,
+#: flb-prevhop's MAC (this switch's) at 51.
+TABLE_CLOCK, TABLE_EDGE, TABLE_THRESHOLD, TABLE_MAC = 48, 49, 50, 51
+#: The CNM frame's EtherType (IEEE 802 local experimental 2) and version; its fields end at byte 24; one sent is
+#: 60 bytes.
+CNM_ETHERTYPE, CNM_VERSION, CNM_BYTES, CNM_FRAME_BYTES = 0x88B6, 1, 24, 60
+#: An enqueue's amount: the frame's 64-byte cells, saturated to 8 bits.
+CELL_SHIFT, AMOUNT_BITS = 6, 8
 #: BTH byte 4: ``S`` (bit 5), ``P`` (bit 4); the UDP checksum and BTH byte 4 from the UDP header.
 MARK_S, MARK_P, CSUM_OFFSET, BTH_BYTE4_OFFSET = 5, 4, 6, 12
 #: Counters: samples, bases set, samples rejected (flb-owd's 0, 1, 4); piggybacks sent and refused; CNMs sent and
-#: refused; frames marked both S and P.
-N_STATS = 8
+#: refused; frames marked both S and P; flb-cnm's five; flb-prevhop's hits (CNM frames sent), misses, aged misses
+#: and rejected records.
+N_STATS = 17
 
 
 def _bits(n):
     return max(1, (n - 1).bit_length())
 
 
-def check_parameters(*, n_edges, n_paths, n_flows, n_ports, time_bits, delay_bits, edge_shift, edge, tick_cycles):
+def check_parameters(*, n_edges, n_paths, n_flows, n_ports, time_bits, delay_bits, edge_shift, edge, tick_cycles,
+                     n_slots=4, q_bits=16, threshold=512, port_shift=0, hop_timeout=4096):
     check_owd(n_edges=n_edges, n_paths=n_paths, time_bits=time_bits, delay_bits=delay_bits)
     for name, value in (("n_flows", n_flows), ("n_ports", n_ports), ("edge_shift", edge_shift), ("edge", edge),
-                        ("tick_cycles", tick_cycles)):
+                        ("tick_cycles", tick_cycles), ("q_bits", q_bits), ("port_shift", port_shift),
+                        ("hop_timeout", hop_timeout)):
         check_int(name, value)
     if n_edges > 256:
         raise ValueError(f"n_edges must be 1 to 256 in the wire, not {n_edges}")
@@ -61,8 +76,19 @@ def check_parameters(*, n_edges, n_paths, n_flows, n_ports, time_bits, delay_bit
         raise ValueError(f"time_bits must be 4 to 16 (the stamp travels in the UDP checksum), not {time_bits}")
     if not 2 <= n_flows <= 65536 or n_flows & (n_flows - 1):
         raise ValueError(f"n_flows must be a power of two from 2 to 65,536 (the CNM's 16-bit flow), not {n_flows}")
-    if not 1 <= n_ports <= 256:
-        raise ValueError(f"n_ports must be 1 to 256 (the CNM's 8-bit cp), not {n_ports}")
+    if not 1 <= n_ports <= 32:
+        raise ValueError(f"n_ports must be 1 to 32 (flb-cnm's egress ports), not {n_ports}")
+    if not AMOUNT_BITS <= q_bits <= 32:
+        raise ValueError(f"q_bits must be {AMOUNT_BITS} to 32, not {q_bits}")
+    check_cnm(n_ports=n_ports, n_slots=n_slots, n_edges=n_edges, flow_bits=_bits(n_flows), amount_bits=AMOUNT_BITS,
+              q_bits=q_bits, threshold=threshold)
+    if not 1 <= hop_timeout < 1 << time_bits:
+        raise ValueError(f"hop_timeout must be 1 to 2**time_bits - 1 = {(1 << time_bits) - 1} (time_bits "
+                         f"{time_bits}), not {hop_timeout}")
+    check_prevhop(n_flows=n_flows, time_bits=time_bits, timeout=hop_timeout)
+    if not 0 <= port_shift <= 32 - _bits(n_ports):
+        raise ValueError(f"port_shift must be 0 to {32 - _bits(n_ports)} (the port's {_bits(n_ports)} bits inside a "
+                         f"32-bit address), not {port_shift}")
     if not 0 <= edge_shift <= 32 - _bits(n_edges):
         raise ValueError(f"edge_shift must be 0 to {32 - _bits(n_edges)} (the edge's {_bits(n_edges)} bits inside a "
                          f"32-bit address), not {edge_shift}")
@@ -88,10 +114,23 @@ def WireCnm(*, n_flows=65536, n_edges=16, n_ports=8):
     return tx_wire.WireCnm(n_flows=n_flows, n_dests=n_edges, n_ports=n_ports)
 
 
+def WireDeq(*, n_ports=8):
+    """One dequeue on ``deq``: ``amount`` cells left egress port ``port``."""
+    return data.StructLayout({"port": _bits(n_ports), "amount": AMOUNT_BITS})
+
+
 def _Tap(n_flows, n_edges, n_ports):
-    """A frame's first beat, as the tap sees it: a CNM frame's EtherType, its fields checked but the length."""
+    """A frame's first beat, as the tap sees it: a CNM frame's EtherType, its fields checked but the length; the
+    Ethernet source (the previous hop), first octet most significant."""
     return data.StructLayout({"is_cnm": 1, "ok": 1, "cnm": WireCnm(n_flows=n_flows, n_edges=n_edges,
-                                                                      n_ports=n_ports)})
+                                                                      n_ports=n_ports), "mac": 48})
+
+
+def _Enqueue(n_flows, n_edges, n_ports):
+    """A RoCEv2 frame's enqueue: its egress port, its length from its headers (``l4_off + udp_len``, cells made
+    after the join), its flow, source edge and Ethernet source."""
+    return data.StructLayout({"port": _bits(n_ports), "length": 17, "flow": _bits(n_flows), "src": _bits(n_edges),
+                              "mac": 48})
 
 
 def _Clear():
@@ -99,6 +138,13 @@ def _Clear():
     at fixed offsets from it)."""
     return data.StructLayout({"apply": 1, "l4_off": 8})
 
+
+
+class _Held:
+    """A stream seen as a block's ``o`` (H0 reads flb-cnm's results through a register slice)."""
+
+    def __init__(self, o):
+        self.o = o
 
 
 class FlbRxWire(wiring.Component):
@@ -118,6 +164,12 @@ class FlbRxWire(wiring.Component):
         This edge switch's number after reset (CNM frames addressed to it are taken).
     tick_cycles : int
         Clocks per tick of ``now`` after reset (0: stopped).
+    n_slots, q_bits, threshold
+        flb-cnm's (:class:`lbpipe.hdl.flb.cnm.Cnm`): congested flows per port, the estimate's width, K in cells.
+    port_shift : int
+        Lowest bit of the egress port in the destination address.
+    hop_timeout : int
+        flb-prevhop's ``timeout`` in ticks of ``now``.
 
     Members
     -------
@@ -129,23 +181,35 @@ class FlbRxWire(wiring.Component):
         Every piggybacked delay in range (flb-tx-wire's ``dly``).
     cnm : Out(stream.Signature(WireCnm(...)))
         Every CNM frame for this edge switch (flb-tx-wire's ``cnm``).
+    deq : In(stream.Signature(WireDeq(...)))
+        The switch's dequeues, in cells per egress port.
+    m_cnm : Out(AXI4StreamSignature(512, 1))
+        The CNM frames this edge switch sends (one beat each).
     ctl : In(ControlSignature())
-    stats : Out(32 * 8)
+    stats : Out(32 * 17)
     """
 
     #: Beat FIFO (a frame's beats until its clear entry comes); side FIFO (F0 to the join); tap, clear and output
-    #: FIFOs.
-    BEAT_DEPTH, SIDE_DEPTH, TAP_DEPTH, OUT_DEPTH = 32, 16, 16, 16
+    #: FIFOs; the enqueue FIFO (the join to flb-cnm), and the FIFOs beside flb-cnm (each enqueue's MAC) and
+    #: flb-prevhop (each lookup's CNM fields).
+    BEAT_DEPTH, SIDE_DEPTH, TAP_DEPTH, OUT_DEPTH, ENQ_DEPTH, BESIDE_DEPTH = 32, 16, 16, 16, 16, 16
 
     def __init__(self, *, n_edges=16, n_paths=8, n_flows=65536, n_ports=8, time_bits=16, delay_bits=16,
-                 edge_shift=8, edge=0, tick_cycles=64):
+                 edge_shift=8, edge=0, tick_cycles=64, n_slots=4, q_bits=16, threshold=512, port_shift=0,
+                 hop_timeout=4096):
         check_parameters(n_edges=n_edges, n_paths=n_paths, n_flows=n_flows, n_ports=n_ports, time_bits=time_bits,
-                         delay_bits=delay_bits, edge_shift=edge_shift, edge=edge, tick_cycles=tick_cycles)
+                         delay_bits=delay_bits, edge_shift=edge_shift, edge=edge, tick_cycles=tick_cycles,
+                         n_slots=n_slots, q_bits=q_bits, threshold=threshold, port_shift=port_shift,
+                         hop_timeout=hop_timeout)
         self._ne, self._n, self._nf, self._np = n_edges, n_paths, n_flows, n_ports
         self._tb, self._db, self._shift, self._edge, self._tick = time_bits, delay_bits, edge_shift, edge, tick_cycles
         self._eb, self._pb = _bits(n_edges), _bits(n_paths)
+        self._port_shift, self._portb = port_shift, _bits(n_ports)
         self._parser = Parser(early=True)
         self._owd = Owd(n_edges=n_edges, n_paths=n_paths, time_bits=time_bits, delay_bits=delay_bits)
+        self._notify = Cnm(n_ports=n_ports, n_slots=n_slots, n_edges=n_edges, flow_bits=_bits(n_flows),
+                           amount_bits=AMOUNT_BITS, q_bits=q_bits, threshold=threshold)
+        self._hops = PrevHop(n_flows=n_flows, time_bits=time_bits, timeout=hop_timeout)
         axis = AXI4StreamSignature(data_width=512, user_width=1)
         super().__init__({
             "s_axis": In(axis),
@@ -153,6 +217,8 @@ class FlbRxWire(wiring.Component):
             "meas": Out(stream.Signature(WireMeas(n_edges=n_edges, n_paths=n_paths, delay_bits=delay_bits))),
             "dly": Out(stream.Signature(WireDly(n_edges=n_edges, n_paths=n_paths, delay_bits=delay_bits))),
             "cnm": Out(stream.Signature(WireCnm(n_flows=n_flows, n_edges=n_edges, n_ports=n_ports))),
+            "deq": In(stream.Signature(WireDeq(n_ports=n_ports))),
+            "m_cnm": Out(axis),
             "ctl": In(ControlSignature()),
             "stats": Out(32 * N_STATS),
         })
@@ -168,6 +234,9 @@ class FlbRxWire(wiring.Component):
         m = Module()
         m.submodules.parser = parser = self._parser
         m.submodules.owd = owd = self._owd
+        m.submodules.notify = notify = self._notify
+        m.submodules.hops = hops = self._hops
+        m.submodules.enqs = enqs = StreamFIFO(shape=_Enqueue(self._nf, self._ne, self._np), depth=self.ENQ_DEPTH)
         m.submodules.taps = taps = StreamFIFO(shape=_Tap(self._nf, self._ne, self._np), depth=self.TAP_DEPTH)
         m.submodules.beats = beats = StreamFIFO(shape=BEAT, depth=self.BEAT_DEPTH)
         m.submodules.clears = clears = StreamFIFO(shape=_Clear(), depth=self.OUT_DEPTH)
@@ -181,16 +250,21 @@ class FlbRxWire(wiring.Component):
         self._tap(m, parser, taps, own_edge)
         self._beats_in(m, parser, beats)
         counts = self._classify(m, parser, taps, owd, side, now)
-        self._join(m, owd, side, clears, outs)
+        self._join(m, owd, side, clears, outs, enqs)
         self._clear(m, beats, clears)
-        self._control(m, owd)
+        self._events(m, enqs, notify)
+        self._split(m, notify, hops, now)
+        self._cnm_frames(m, hops, own_edge)
+        self._control(m, owd, notify, hops)
         m.d.comb += self.stats.eq(Cat(owd.stats[0:64], owd.stats[128:160],
-                                      *[counter32(m, name, inc) for name, inc in counts]))
+                                      *[counter32(m, name, inc) for name, inc in counts],
+                                      notify.stats, hops.stats[64:192]))
         return m
 
     def _side_layout(self):
         return data.StructLayout({
-            "sample": 1, "pb": 1, "to_cnm": 1, "clear": _Clear(),
+            "sample": 1, "pb": 1, "to_cnm": 1, "enq": 1, "clear": _Clear(),
+            "ev": _Enqueue(self._nf, self._ne, self._np),
             "dly": WireDly(n_edges=self._ne, n_paths=self._n, delay_bits=self._db),
             "cnm": WireCnm(n_flows=self._nf, n_edges=self._ne, n_ports=self._np),
         })
@@ -218,6 +292,7 @@ class FlbRxWire(wiring.Component):
             t.ok.eq((be(14, 1) == CNM_VERSION) & (be(16, 2) == own_edge) & (frm < self._ne) & (cp < self._np)
                     & (n <= 15)),
             t.cnm.flow.eq(be(20, 2)), t.cnm.dest.eq(frm), t.cnm.cp.eq(cp), t.cnm.n.eq(n), t.cnm.cong.eq(d[8 * 15]),
+            t.mac.eq(be(6, 6)),
         ]
         go = Signal(name="tap_go")
         m.d.comb += [
@@ -283,6 +358,10 @@ class FlbRxWire(wiring.Component):
                 f0.dly.dest.eq(edge), f0.dly.path.eq(pb_path),
                 f0.dly.delay.eq(Mux(meta.udp_csum > dmax, dmax, meta.udp_csum)),
                 f0.cnm.eq(tap.cnm),
+                f0.enq.eq(meta.roce),
+                f0.ev.port.eq(meta.dst_ip[self._port_shift:self._port_shift + self._portb] if self._np > 1 else 0),
+                f0.ev.length.eq(meta.l4_off + meta.udp_len), f0.ev.flow.eq(meta.flow_hash[:_bits(self._nf)]),
+                f0.ev.src.eq(edge), f0.ev.mac.eq(tap.mac),
                 s0.edge.eq(edge), s0.path.eq(meta.udp_sport[:pb]), s0.stamp.eq(meta.udp_csum), s0.kind.eq(meta.kind),
                 bad_pb.eq(p & ~s & ~pb_ok), bad_cnm.eq(cnm & ~cnm_ok), both.eq(s & p),
             ]
@@ -290,15 +369,15 @@ class FlbRxWire(wiring.Component):
         return [("pb_sent", counted & f0.pb), ("pb_refused", counted & bad_pb), ("cnm_sent", counted & f0.to_cnm),
                 ("cnm_refused", counted & bad_cnm), ("marked_both", counted & both)]
 
-    def _join(self, m, owd, side, clears, outs):
-        """The side FIFO's head, with flb-owd's result for a sample, into the clear FIFO (every frame) and the
-        ``meas``, ``dly`` and ``cnm`` FIFOs (when the frame gives one); it moves when every FIFO it writes has
-        room."""
+    def _join(self, m, owd, side, clears, outs, enqs):
+        """The side FIFO's head, with flb-owd's result for a sample, into the clear FIFO (every frame), the
+        ``meas``, ``dly`` and ``cnm`` FIFOs (when the frame gives one) and the enqueue FIFO (a RoCEv2 frame); it
+        moves when every FIFO it writes has room."""
         head, res = side.o.payload, owd.o.payload
         meas = head.sample & res.ok
         here = side.o.valid & (~head.sample | owd.o.valid)
         room = (clears.i.ready & (~meas | outs["meas"].i.ready) & (~head.pb | outs["dly"].i.ready)
-                & (~head.to_cnm | outs["cnm"].i.ready))
+                & (~head.to_cnm | outs["cnm"].i.ready) & (~head.enq | enqs.i.ready))
         take = Signal(name="join_take")
         m.d.comb += [
             take.eq(here & room),
@@ -308,6 +387,7 @@ class FlbRxWire(wiring.Component):
             outs["meas"].i.payload.delay.eq(res.qdelay), outs["meas"].i.valid.eq(take & meas),
             outs["dly"].i.payload.eq(head.dly), outs["dly"].i.valid.eq(take & head.pb),
             outs["cnm"].i.payload.eq(head.cnm), outs["cnm"].i.valid.eq(take & head.to_cnm),
+            enqs.i.payload.eq(head.ev), enqs.i.valid.eq(take & head.enq),
         ]
 
     def _clear(self, m, beats, clears):
@@ -324,21 +404,131 @@ class FlbRxWire(wiring.Component):
             return Cat(*lanes)
         edit_beats(m, "clear", beats.o.valid, beats.o.payload, beats.o.ready, clears.o, edit, self.m_axis)
 
-    def _control(self, m, owd):
-        """Tables 0 and 1 to flb-owd; 48 the clock; 49 this edge switch's number. A command is registered before
-        it is offered (``ctl.ready`` a flip-flop); other tables are taken and ignored."""
+    def _events(self, m, enqs, notify):
+        """E0: the enqueue FIFO's head (its length made into cells) or an item of ``deq``, alternating when both
+        wait, through a register slice into flb-cnm; each enqueue taken puts its MAC into the MAC FIFO beside
+        flb-cnm (an enqueue waits while that FIFO is full)."""
+        m.submodules.macs = macs = StreamFIFO(shape=48, depth=self.BESIDE_DEPTH)
+        self._macs = macs
+        head, deq = enqs.o.payload, self.deq
+        hi, part = head.length[CELL_SHIFT:], head.length[:CELL_SHIFT].any()
+        top = (1 << AMOUNT_BITS) - 1
+        cells = Mux(hi[AMOUNT_BITS:].any() | hi[:AMOUNT_BITS].all(), top, hi[:AMOUNT_BITS] + part)
+        item = Signal(notify.i.payload.shape(), name="e0_item")
+        valid, ready, last_deq = Signal(name="e0_valid"), Signal(name="e0_ready"), Signal(name="e0_last_deq")
+        enq = Signal(name="e0_enq")
+        pick_deq = Signal(name="e0_pick_deq")
+        m.d.comb += [
+            enq.eq(enqs.o.valid & macs.i.ready),
+            pick_deq.eq(deq.valid & (~enq | ~last_deq)),
+            valid.eq(enq | deq.valid),
+            item.deq.eq(pick_deq),
+            item.port.eq(Mux(pick_deq, deq.payload.port, head.port)),
+            item.amount.eq(Mux(pick_deq, deq.payload.amount, cells)),
+            item.flow.eq(head.flow), item.src.eq(head.src),
+            deq.ready.eq(ready & (~enq | ~last_deq)),          # not from deq.valid: no port-to-port path
+            enqs.o.ready.eq(ready & ~pick_deq & macs.i.ready),
+            macs.i.payload.eq(head.mac), macs.i.valid.eq(ready & ~pick_deq & enq),
+        ]
+        with m.If(valid & ready):
+            m.d.sync += last_deq.eq(pick_deq)
+        register_slice(m, "e0", valid, item, ready, notify.i)
+
+    def _fields_layout(self):
+        """What a CNM frame needs of flb-cnm's result, kept beside flb-prevhop's lookup."""
+        return data.StructLayout({"cong": 1, "to": self._eb, "cp": self._portb,
+                                  "n": self._notify.o.payload.shape()["cnm_n"].shape})
+
+    def _split(self, m, notify, hops, now):
+        """H0: each flb-cnm result (through a register slice, so that flb-cnm's ``o.ready`` is a flip-flop: its
+        stages move on it) becomes flb-prevhop's items, in order: an enqueue's record (its flow, the MAC beside it,
+        ``now``), then the result's CNM's lookup (``cnm_flow``), whose CNM fields go into the fields FIFO beside
+        flb-prevhop; a result needing neither is dropped. Through a register slice."""
+        res = stream.Signature(notify.o.payload.shape()).create()
+        register_slice(m, "c0", notify.o.valid, notify.o.payload, notify.o.ready, res)
+        notify = _Held(res)
+        r, macs = notify.o.payload, self._macs
+        m.submodules.fields = fields = StreamFIFO(shape=self._fields_layout(), depth=self.BESIDE_DEPTH)
+        self._fields = fields
+        item = Signal(hops.i.payload.shape(), name="h0_item")
+        valid, ready = Signal(name="h0_valid"), Signal(name="h0_ready")
+        done = Signal(name="h0_recorded")        # this result's record went, its lookup waits
+        record, lookup = Signal(name="h0_record"), Signal(name="h0_lookup")
+        take = Signal(name="h0_take")
+        f = fields.i.payload
+        m.d.comb += [
+            record.eq(~r.deq & ~done), lookup.eq(r.cnm),
+            item.cnm.eq(~record), item.flow.eq(Mux(record, r.flow, r.cnm_flow)), item.mac.eq(macs.o.payload),
+            item.now.eq(now),
+            valid.eq(notify.o.valid & Mux(record, macs.o.valid, lookup & fields.i.ready)),
+            take.eq(valid & ready),
+            macs.o.ready.eq(take & record),
+            f.cong.eq(r.cnm_cong), f.to.eq(r.cnm_src), f.cp.eq(r.cnm_cp), f.n.eq(r.cnm_n),
+            fields.i.valid.eq(take & ~record),
+            notify.o.ready.eq((~record & ~lookup) | (take & ~(record & lookup))),
+        ]
+        with m.If(take & record & lookup):
+            m.d.sync += done.eq(1)
+        with m.Elif(take & ~record):
+            m.d.sync += done.eq(0)
+        register_slice(m, "h0", valid, item, ready, hops.i)
+
+    def _cnm_frames(self, m, hops, own_edge):
+        """F: a lookup's hit with its CNM fields becomes a CNM frame (the datasheet's table), through a register
+        slice to ``m_cnm``; a record's result and a miss are dropped (the misses counted by flb-prevhop)."""
+        res, fields = hops.o.payload, self._fields
+        f = fields.o.payload
+        lay = data.StructLayout({"dst": 48, "src": 48, "cong": 1, "to": self._eb, "frm": 16,
+                                 "flow": _bits(self._nf), "cp": self._portb, "n": f.n.shape()})
+        frame = Signal(lay, name="f_frame")
+        beat = stream.Signature(lay).create()
+        ready = Signal(name="f_ready")
+        send = hops.o.valid & res.cnm & fields.o.valid
+        m.d.comb += [
+            frame.dst.eq(res.dst_mac), frame.src.eq(res.src_mac), frame.cong.eq(f.cong), frame.to.eq(f.to),
+            frame.frm.eq(own_edge), frame.flow.eq(res.flow), frame.cp.eq(f.cp), frame.n.eq(f.n),
+            hops.o.ready.eq(~res.cnm | (fields.o.valid & (~res.hit | ready))),
+            fields.o.ready.eq(send & (~res.hit | ready)),
+        ]
+        register_slice(m, "f", send & res.hit, frame, ready, beat)
+        b = beat.payload
+        lanes = [C(0, 8)] * 64
+
+        def put(at, value, size):
+            """``value`` big-endian (zero-extended) in bytes ``at`` .. ``at + size - 1``."""
+            wide = Cat(value, C(0, 8 * size))
+            for k in range(size):
+                lanes[at + k] = wide[8 * (size - 1 - k):8 * (size - k)]
+        for at, value, size in ((0, b.dst, 6), (6, b.src, 6), (12, C(CNM_ETHERTYPE, 16), 2), (14, C(CNM_VERSION, 8), 1),
+                                (15, b.cong, 1), (16, b.to, 2), (18, b.frm, 2), (20, b.flow, 2), (22, b.cp, 1),
+                                (23, b.n, 1)):
+            put(at, value, size)
+        o = self.m_cnm
+        m.d.comb += [o.tdata.eq(Cat(*lanes)), o.tkeep.eq((1 << CNM_FRAME_BYTES) - 1), o.tlast.eq(1), o.tuser.eq(0),
+                     o.tvalid.eq(beat.valid), beat.ready.eq(o.tready)]
+
+    def _control(self, m, owd, notify, hops):
+        """Tables 0 and 1 to flb-owd, 50 to flb-cnm (its table 0, K), 51 to flb-prevhop (its table 0, the MAC);
+        48 the clock; 49 this edge switch's number. A command is registered before it is offered (``ctl.ready`` a
+        flip-flop); other tables are taken and ignored."""
         clock_now, period, pre = self._clock_cmd
         c = self.ctl.payload
         cmd = Signal.like(c, reset_less=True)
-        to_owd = Signal(name="ctl_to_owd")
-        m.d.comb += [self.ctl.ready.eq(~to_owd), owd.ctl.payload.eq(cmd), owd.ctl.valid.eq(to_owd)]
-        with m.If(~to_owd):
-            m.d.sync += [cmd.eq(c), to_owd.eq(self.ctl.valid & (c.table <= 1))]
+        to = {name: Signal(name=f"ctl_to_{name}") for name in ("owd", "cnm", "hop")}
+        subs = {"owd": owd, "cnm": notify, "hop": hops}
+        m.d.comb += self.ctl.ready.eq(~Cat(*to.values()).any())
+        for name, sub in subs.items():
+            m.d.comb += [sub.ctl.payload.eq(cmd), sub.ctl.valid.eq(to[name])]
+            with m.If(to[name] & sub.ctl.ready):
+                m.d.sync += to[name].eq(0)
+        m.d.comb += [notify.ctl.payload.table.eq(0), hops.ctl.payload.table.eq(0)]
+        with m.If(self.ctl.ready):
+            m.d.sync += [cmd.eq(c), to["owd"].eq(self.ctl.valid & (c.table <= 1)),
+                         to["cnm"].eq(self.ctl.valid & (c.table == TABLE_THRESHOLD) & (c.index == 0)),
+                         to["hop"].eq(self.ctl.valid & (c.table == TABLE_MAC) & (c.index == 0))]
             with m.If(self.ctl.valid & (c.table == TABLE_CLOCK) & (c.index == 0)):
                 m.d.sync += clock_now.eq(c.data)
             with m.If(self.ctl.valid & (c.table == TABLE_CLOCK) & (c.index == 1)):
                 m.d.sync += [period.eq(c.data), pre.eq(0)]
             with m.If(self.ctl.valid & (c.table == TABLE_EDGE) & (c.index == 0)):
                 m.d.sync += self._own_edge.eq(c.data)
-        with m.If(to_owd & owd.ctl.ready):
-            m.d.sync += to_owd.eq(0)

@@ -325,25 +325,36 @@ def _rx_wire_extra(params, component):
         "Latency": f"{component.latency} cycles from a sample's first beat in to its first beat out (cut-through), "
                    f"one beat per clock at every frame size (lbpipe bench flb-rx-wire)",
         "Buffers": f"beat FIFO {component.BEAT_DEPTH} beats; meas, dly, cnm and clear FIFOs {component.OUT_DEPTH} "
-                   f"items each",
+                   f"items each; enqueue FIFO {component.ENQ_DEPTH} events",
+        "Notification": f"flb-cnm ({params['n_ports']} ports x {params['n_slots']} slots, K {params['threshold']} "
+                        f"cells) and flb-prevhop ({params['n_flows']:,} flows) on the frames toward the hosts; CNM "
+                        f"frames on m_cnm",
     }
 
 
 BLOCKS.append(Block(
     name="flb-rx-wire",
     summary="FLB receive side in the wire: samples measured by flb-owd (meas), piggybacked delays (dly) and CNM "
-            "frames (cnm) taken from the fabric's frames, FLB's marks cleared for the host; 512-bit AXI4-Stream",
+            "frames (cnm) taken from the fabric's frames, FLB's marks cleared for the host; the destination side's "
+            "CNMs (flb-cnm on the frames' enqueues and the deq reports, flb-prevhop) sent as CNM frames on m_cnm; "
+            "512-bit AXI4-Stream",
     paper_ref="FLB, sections 3.1, 3.2, on RoCEv2 frames and CNM frames",
     params=[
         Param("n_edges", 16, "edge switches, 1 to 256 (flb-tx-wire's n_dests)"),
         Param("n_paths", 8, "paths per edge, 2 to 16"),
         Param("n_flows", 65536, "the CNM's flow range, a power of two, 2 to 65,536"),
-        Param("n_ports", 8, "congestion points per edge (the CNM's cp), 1 to 256"),
+        Param("n_ports", 8, "congestion points (egress ports) per edge, 1 to 32 (flb-cnm's)"),
         Param("time_bits", 16, "width of now and of the stamps, 4 to 16"),
         Param("delay_bits", 16, "width of a queueing delay, 4 to time_bits"),
         Param("edge_shift", 8, "lowest bit of the source edge switch in the source address"),
         Param("edge", 0, "this edge switch's number after reset (CNM frames for it are taken)"),
         Param("tick_cycles", 64, "clocks per tick of now after reset (64: 256 ns at 250 MHz), 0 stops it"),
+        Param("n_slots", 4, "congested flows tracked per egress port, 1 to 8 (flb-cnm's)"),
+        Param("q_bits", 16, "width of a port's queue estimate in 64-byte cells, 8 to 32"),
+        Param("threshold", 512, "K in cells after reset (512: 32 KB), 1 to 2**q_bits - 1"),
+        Param("port_shift", 0, "lowest bit of the egress port in the destination address"),
+        Param("hop_timeout", 4096, "ticks after a flow's last frame at which its previous hop is forgotten (4,096 x "
+                                   "256 ns: 1.05 ms), 1 to 2**time_bits - 1"),
     ],
     build=load("lbpipe.hdl.flb.rx_wire:FlbRxWire"),
     golden=load("lbpipe.sim.flb.rx_wire:FlbRxWireModel"),

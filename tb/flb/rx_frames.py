@@ -222,7 +222,7 @@ def _small():
     """n_edges 3 (a 2-bit field: edge 3 out of range), n_paths 4 (2 bits), n_flows 256, n_ports 4, 12-bit ticks
     (wrap 4096, half 2048), 10-bit delays (max 1023), edge_shift 8 (10.0.<edge>.<host>), this edge 2."""
     sc = Scenario("small", dict(n_edges=3, n_paths=4, n_flows=256, n_ports=4, time_bits=12, delay_bits=10,
-                                edge_shift=8, edge=2, tick_cycles=64))
+                                edge_shift=8, edge=2, tick_cycles=64, hop_timeout=4000))
     sc.ctl(*stop_clock(0))
     e1 = "10.0.1.5"                                         # edge 1; host 5 = 0b101 (a shifted field reads 2 or 0)
     # (1, 1): sport 0x1235 -> low 2 bits 01.
@@ -363,7 +363,7 @@ def _odd():
     n_ports 1, 8-bit ticks (wrap 256, half 128), 4-bit delays (max 15), edge_shift 16 (10.<edge>.x.y), this edge
     4."""
     sc = Scenario("odd", dict(n_edges=5, n_paths=6, n_flows=2, n_ports=1, time_bits=8, delay_bits=4,
-                              edge_shift=16, edge=4, tick_cycles=64))
+                              edge_shift=16, edge=4, tick_cycles=64, hop_timeout=200))
     sc.ctl(*stop_clock(0))
     e4 = "10.12.0.1"                                         # 12 & 7 = edge 4 (4 bits of it would read 12)
     sc.sample(e4, 0x0005, 0x03F0, 10, "(4, 5) first: stamp 0x03F0 -> 240; owd 10 - 240 + 256 = 26", meas=(4, 5, 0),

@@ -1,9 +1,13 @@
 """cocotb testbench of FLB's receive side in the wire (CNM tap -> parser -> flb-owd -> clear).
 
 The DUT is :class:`lbpipe.boards.top.FlatTop` around :class:`lbpipe.hdl.flb.rx_wire.FlbRxWire`, parameters in
-``LBPIPE_PARAMS`` (JSON). Every output frame, every item on ``meas``, ``dly`` and ``cnm`` and every counter is
-compared with the golden model, or (``by_hand``) with the hand-worked scenarios of ``tb/flb/rx_frames.py``. Marked
-frames and CNM frames are built by ``tb/flb/rx_frames.py`` from the datasheet's formats.
+``LBPIPE_PARAMS`` (JSON). Every output frame, every item on ``meas``, ``dly`` and ``cnm``, every CNM frame sent on
+``m_cnm`` and every counter is compared with the golden model, or (``by_hand``, ``notify_by_hand``) with the
+hand-worked scenarios of ``tb/flb/rx_frames.py`` and ``tb/flb/rx_notify.py``. Marked frames and CNM frames are built
+by ``tb/flb/rx_frames.py`` from the datasheet's formats.
+
+Dequeues (``deq``) race the frames' enqueues into flb-cnm; the testbench records the order the wire took them in
+(its round robin's choices) and gives it to the golden model, which checks what each event did.
 
 The clock is stopped (``ctl`` table 48) except in ``clock_running``, so the measurements do not depend on the
 cycle.
@@ -11,21 +15,24 @@ cycle.
 
 import random
 
+import copy
+import os
+
 import cocotb
 from amaranth.lib import data
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 
 from lbpipe.hdl.lib.meta import PacketKind
 from lbpipe.sim.flb.rx_wire import FlbRxWireModel
 from lbpipe.tb.flb.rx_frames import clocked_steps, cnm_frame, hand_scenarios, mark
 from lbpipe.tb.flb.test_wire import _bits, _params, flows_for as tx_flows_for, stop_clock
-from lbpipe.tb.lib.harness import AxisBench, FirstBeats, StreamSink
+from lbpipe.tb.lib.harness import AxisBench, FirstBeats, StreamSink, StreamSource
 from lbpipe.tb.lib.packets import classify, mixed_roce_frames, sized_data
 
 BEAT = 64
 # The wire's control map and counters, from docs/flb_rx_wire.md.
-FORGET, FORGET_ALL, CLOCK, EDGE = 0, 1, 48, 49
-N_COUNTERS = 8
+FORGET, FORGET_ALL, CLOCK, EDGE, THRESHOLD, MAC = 0, 1, 48, 49, 50, 51
+N_COUNTERS = 17
 
 
 def output_layouts(p):
@@ -99,25 +106,74 @@ def pcap_trace(seed, n_frames, **params):
 
 def _defaults():
     return dict(n_edges=16, n_paths=8, n_flows=65536, n_ports=8, time_bits=16, delay_bits=16, edge_shift=8, edge=0,
-                tick_cycles=64)
+                tick_cycles=64, n_slots=4, q_bits=16, threshold=512, port_shift=0, hop_timeout=4096)
+
+
+def deq_layout(p):
+    """``deq``'s payload, from the datasheet: ``port`` (log2 n_ports), ``amount`` (8)."""
+    return data.StructLayout({"port": _bits(p["n_ports"]), "amount": 8})
 
 
 class TB(AxisBench):
-    def __init__(self, dut, *, stalls, seed, out_backpressure=None):
+    def __init__(self, dut, *, stalls, seed, out_backpressure=None, deq_idle=0.0):
+        from cocotbext.axi import AxiStreamBus, AxiStreamSink
         super().__init__(dut, seed=seed, pauses=(0.3, 0.4) if stalls else None, longest=6, axil=True)
         self.params = dict(_defaults(), **_params())
         bp = (0.3 if stalls else 0.0) if out_backpressure is None else out_backpressure
         self.outs = {name: StreamSink(dut, name, layout, backpressure=bp, rng=random.Random(self.rng.random()))
                      for name, layout in output_layouts(self.params).items()}
+        self.cnm_bp = bp
+        self.cnm_sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_cnm"), dut.clk, dut.rst)
+        self.cnm_sink.log.setLevel("WARNING")
+        self.cnm_sink.set_pause_generator(self._cnm_pauses(random.Random(self.rng.random())))
+        self.cnm_got = []
+        self.deq = StreamSource(dut, "deq", deq_layout(self.params), idle=deq_idle,
+                                rng=random.Random(self.rng.random()))
+        self.order = []
+
+    def _cnm_pauses(self, rng):
+        while True:
+            pause = rng.random() < self.cnm_bp
+            for _ in range(rng.randint(1, 6)):
+                yield pause
+
+    def watch_events(self):
+        """Record, clock by clock, which event flb-cnm's input register takes (``e`` an enqueue, ``d`` a dequeue):
+        the round robin's order, for the golden model; count the takes that broke the datasheet's rule (both
+        waiting, and the same kind as the event taken before) in ``unfair``."""
+        self.unfair = 0
+
+        async def watch():
+            core = self.dut.block
+            while True:
+                await RisingEdge(self.dut.clk)
+                if not int(self.dut.rst.value) and int(core.e0_valid.value) and int(core.e0_ready.value):
+                    kind = "d" if int(core.e0_pick_deq.value) else "e"
+                    both = int(core.e0_enq.value) and int(self.dut.deq_valid.value)
+                    if both and self.order and self.order[-1] == kind:
+                        self.unfair += 1
+                    self.order.append(kind)
+        cocotb.start_soon(watch())
 
     async def settle(self):
-        """Reset, then flb-owd's sweep (one clock per (edge, 16 path slots), and a margin)."""
+        """Reset, then flb-owd's sweep (one clock per (edge, 16 path slots)) and flb-prevhop's (one clock per
+        entry of a bank), and a margin."""
         await self.reset()
-        await ClockCycles(self.dut.clk, 16 * self.params["n_edges"] + 64)
+        p = self.params
+        await ClockCycles(self.dut.clk, max(16 * p["n_edges"], min(p["n_flows"], 4096)) + 64)
 
     def clear_outputs(self):
         for sink in self.outs.values():
             sink.items.clear()
+        self.cnm_sink.clear()
+        self.cnm_got.clear()
+        self.order.clear()
+
+    def cnm_frames(self):
+        """Every CNM frame ``m_cnm`` has sent so far (bytes, in order)."""
+        while not self.cnm_sink.empty():
+            self.cnm_got.append(bytes(self.cnm_sink.recv_nowait().tdata))
+        return self.cnm_got
 
     async def counters(self):
         return [await self.axil.read_dword(0x40 + 4 * i) for i in range(N_COUNTERS)]
@@ -139,11 +195,18 @@ class TB(AxisBench):
                              min(len(got), len(want[name])))
                 errors.append(f"{name}: {len(got)} items, expected {len(want[name])}; first difference at {first}: "
                               f"{got[first:first + 1]} against {want[name][first:first + 1]}")
+        if "m_cnm" in want:
+            got, exp = self.cnm_frames(), want["m_cnm"]
+            if got != exp:
+                first = next((k for k, (a, b) in enumerate(zip(got, exp)) if a != b), min(len(got), len(exp)))
+                errors.append(f"m_cnm: {len(got)} CNM frames, expected {len(exp)}; first difference at {first}: "
+                              f"{[f.hex() for f in got[first:first + 1]]} against "
+                              f"{[f.hex() for f in exp[first:first + 1]]}")
         return errors
 
 
 def _want(model):
-    return {"meas": model.meas, "dly": model.dly, "cnm": model.cnm}
+    return {"meas": model.meas, "dly": model.dly, "cnm": model.cnm, "m_cnm": model.cnm_frames}
 
 
 async def _setup(dut, *, stalls, seed, out_backpressure=None):
@@ -152,7 +215,11 @@ async def _setup(dut, *, stalls, seed, out_backpressure=None):
     await tb.settle()
     model = FlbRxWireModel(**p)
     at = tb.rng.randrange(1 << p["time_bits"])
-    await tb.program(model, stop_clock(at))
+    # K low enough that the traffic crosses it (no dequeues: the estimates only rise), this switch's MAC
+    k = tb.rng.randrange(20, 200) % ((1 << p["q_bits"]) - 1) + 1
+    mac = 0x02AA00000000 | tb.rng.randrange(1 << 24)
+    await tb.program(model, stop_clock(at) + [{"table": THRESHOLD, "index": 0, "data": k},
+                                              {"table": MAC, "index": 0, "data": mac}])
     return tb, model, p, flows_for(tb.rng, p), at
 
 
@@ -168,7 +235,7 @@ async def _run(tb, model, frames):
 
 def _covered(model):
     s = model.stats()
-    return s[0] > 0 and s[3] > 0 and s[5] > 0
+    return s[0] > 0 and s[3] > 0 and s[5] > 0 and s[8] > 0 and s[13] > 0
 
 
 @cocotb.test()
@@ -237,7 +304,7 @@ async def reset_mid_traffic(dut):
     tb, model, p, flows, at = await _setup(dut, stalls=False, seed=5)
     await tb.program(model, [{"table": EDGE, "index": 0, "data": (p["edge"] + 1) % (1 << 16)}])
     await tb.reset_in_flight(frames_for(tb.rng, 30, flows, p, now=at), 30 + tb.rng.randrange(80))
-    await ClockCycles(dut.clk, 64)
+    await ClockCycles(dut.clk, max(16 * p["n_edges"], min(p["n_flows"], 4096)) + 64)
     model.reset()
     tb.clear_outputs()
     await tb.program(model, stop_clock(at))
@@ -290,7 +357,7 @@ async def by_hand(dut):
             k += 1
         errors += [f"scenario {sc.name}: {e}" for e in await tb.check_outputs(
             {"meas": sc.meas, "dly": sc.dly, "cnm": sc.cnm}, cycles=50)]
-        counters = await tb.counters()
+        counters = (await tb.counters())[:len(sc.stats)]
         if counters != sc.stats:
             errors.append(f"scenario {sc.name}: counters {counters}, by hand {sc.stats}")
     assert ran, f"no hand-worked scenario for {p}"
@@ -324,12 +391,196 @@ async def clock_running(dut):
     assert delays[1] <= delays[2] <= delays[1] + 1, f"delays {delays}"
 
 
+async def _drain_deq(tb, limit=100_000):
+    for _ in range(limit):
+        if tb.deq.idle_now():
+            return
+        await RisingEdge(tb.dut.clk)
+    raise AssertionError("deq never drained")
+
+
+def _deqs(rng, p, frames):
+    """Dequeue reports for ``frames``: for most RoCEv2 frames one of its egress port (the datasheet's rule, on the
+    test side's classifier) and its beats, a few larger ones (the estimate clamped at 0), a few forged ports where
+    ``n_ports`` leaves the field room; shuffled in runs."""
+    n, room = p["n_ports"], 1 << _bits(p["n_ports"])
+    out = []
+    for f in frames:
+        c = classify(f)
+        if c["kind"] == PacketKind.OTHER.value or rng.random() < 0.1:
+            continue
+        port = (c["dst_ip"] >> p["port_shift"]) % room if n > 1 else 0
+        out.append((port, (len(f) + BEAT - 1) // BEAT))
+        if rng.random() < 0.04:
+            out.append((rng.randrange(n), rng.randrange(256)))
+        if n < room and rng.random() < 0.04:
+            out.append((rng.randrange(n, room), rng.randrange(256)))
+    for k in range(0, len(out) - 8, 8):
+        run = out[k:k + 8]
+        rng.shuffle(run)
+        out[k:k + 8] = run
+    return out
+
+
+@cocotb.test()
+async def congestion_with_dequeues(dut):
+    """Frames and the switch's dequeue reports together (``deq`` idle 0.3 of the clocks; some amounts large
+    enough to clamp the estimate at 0), K low, every output back-pressured: the order the wire took enqueues and
+    dequeues in is recorded, and the golden model run in that order gives every CNM frame (congestion, release,
+    refresh) and every counter; every frame out as the golden model."""
+    tb, model, p, flows, at = await _setup(dut, stalls=True, seed=9)
+    tb.deq.idle = 0.3
+    tb.watch_events()
+    frames = frames_for(tb.rng, 300, flows, p, now=at)
+    deqs = _deqs(tb.rng, p, frames)
+    expected = [f for f in map(copy.deepcopy(model).process, frames)]
+    for f in frames:
+        tb.send(f)
+    await ClockCycles(dut.clk, 600)          # the estimates rise first, then the dequeues race the frames
+    for port, amount in deqs:
+        tb.deq.send({"port": port, "amount": amount})
+    errors = await tb.check_frames(expected, inputs=frames)
+    await _drain_deq(tb)
+    await ClockCycles(dut.clk, 100)
+    order = "".join(tb.order)
+    assert order.count("e") == sum(map(model.enqueues, frames)) and order.count("d") == len(deqs), \
+        f"events taken: {order.count('e')} enqueues, {order.count('d')} dequeues"
+    model.run(frames, deqs, order)
+    errors += await tb.check_outputs(_want(model))
+    errors += await tb.check_counters(model)
+    assert not errors, "\n".join(errors[:10])
+    s = model.stats()
+    assert s[8] and s[9] and s[11] and s[13] and "ed" in order and "de" in order, f"too little covered: {s}"
+    assert not tb.unfair, f"{tb.unfair} events taken out of turn while an enqueue and a dequeue both waited"
+
+
+@cocotb.test()
+async def reset_forgets_notify(dut):
+    """A port pushed to one cell below K and its flow's previous hop recorded; reset; then the same flow's frames
+    with a group-bit source address (not recorded) push the port past K: the congestion CNM comes only at the K-th
+    cell since the reset and finds no previous hop (no frame, counted), as the golden model reset at the same
+    point (a stale estimate notifies early, a stale previous hop sends a frame)."""
+    tb, model, p, flows, at = await _setup(dut, stalls=False, seed=10)
+    src, dst, sport, dqpn = flows[0]
+    k = 12
+    await tb.program(model, [{"table": THRESHOLD, "index": 0, "data": k}])
+    one = sized_data(60, src, dst, sport, dqpn, 1)              # one cell
+    errors = await _run(tb, model, [one] * (k - 1))
+    assert model.stats()[8] == 0, "K crossed before the reset"
+    await tb.reset()
+    await ClockCycles(dut.clk, max(16 * p["n_edges"], min(p["n_flows"], 4096)) + 64)
+    model.reset()
+    tb.clear_outputs()
+    await tb.program(model, stop_clock(at) + [{"table": THRESHOLD, "index": 0, "data": k}])
+    group = one[:6] + b"\x03" + one[7:]                           # source MAC with the group bit
+    errors += await _run(tb, model, [group] * k)
+    s = model.stats()
+    assert s[8] == 1 and s[14] == 1 and s[16] == k and not model.cnm_frames, f"model: {s}"
+    assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def notify_by_hand(dut):
+    """The hand-worked scenarios of ``tb/flb/rx_notify.py`` whose parameters are this build's, each from reset:
+    commands, frames and dequeues one at a time, the wire drained between them (so the order is the
+    scenario's); every frame out, every CNM frame on ``m_cnm`` and the scenario's counters as worked by hand."""
+    from lbpipe.tb.flb.rx_notify import notify_scenarios
+    tb = TB(dut, stalls=True, seed=11)
+    p = tb.params
+    errors, ran = [], 0
+    for sc in notify_scenarios():
+        if dict(_defaults(), **sc.params) != p:
+            continue
+        ran += 1
+        await tb.settle()
+        # this switch's MAC is kept across reset: 0 as at power-on, which the scenarios start from
+        await tb.control({"table": MAC, "index": 0, "data": 0})
+        await ClockCycles(dut.clk, 8)
+        tb.clear_outputs()
+        for k, step in enumerate(sc.steps):
+            where = f"scenario {sc.name} step {k} ({step.get('note', '')})"
+            seen = len(tb.cnm_frames())
+            if step["op"] == "ctl":
+                await tb.control(step["cmd"])
+                await ClockCycles(dut.clk, 8)
+                continue
+            if step["op"] == "frame":
+                tb.send(step["frame"])
+                got = bytes((await tb.recv(where)).tdata)
+                if got != step["out"]:
+                    errors.append(f"{where}: {got.hex()} by hand {step['out'].hex()}")
+            else:
+                tb.deq.send({"port": step["port"], "amount": step["amount"]})
+            await ClockCycles(dut.clk, 60)
+            sent = tb.cnm_frames()[seen:]
+            if sent != list(step["cnm"]):
+                errors.append(f"{where}: CNM frames {[f.hex() for f in sent]} by hand "
+                              f"{[bytes(f).hex() for f in step['cnm']]}")
+        counters = await tb.counters()
+        for index, value in sc.totals.items():
+            if counters[index] != value:
+                errors.append(f"scenario {sc.name}: counter {index} {counters[index]}, by hand {value}")
+    assert ran, f"no hand-worked notification scenario for {p}"
+    assert not errors, "\n".join(errors[:10])
+
+
+#: docs/flb_rx_wire.md, "Performance": first beat in to the CNM frame's beat out, a frame of two beats or more
+#: that crosses K alone on the idle wire (one beat: a cycle less).
+NOTIFY_LATENCY = 29
+
+
+@cocotb.test()
+async def notify_latency(dut):
+    """Frames of 64, 128 and 1,024 bytes, each of a new flow, alone on the idle wire with K at 1 cell (each joins
+    its port's set): cycles from the edge that takes a frame's first beat on ``s_axis`` to the one that hands its
+    CNM frame on at ``m_cnm``, as the datasheet states."""
+    tb = TB(dut, stalls=False, seed=12, out_backpressure=0.0)
+    await tb.settle()
+    await tb.program(None, stop_clock(0) + [{"table": THRESHOLD, "index": 0, "data": 1}])
+    cycle, ins, outs = 0, [], []
+
+    async def watch():
+        nonlocal cycle
+        first = True
+        while True:
+            await RisingEdge(dut.clk)
+            cycle += 1
+            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
+                if first:
+                    ins.append(cycle)
+                first = bool(int(dut.s_axis_tlast.value))
+            if int(dut.m_cnm_tvalid.value) and int(dut.m_cnm_tready.value):
+                outs.append(cycle)
+    cocotb.start_soon(watch())
+    took = {}
+    for k, size in enumerate((64, 128, 1024)):
+        tb.send(sized_data(size, "10.0.0.1", f"10.0.0.{2 + k}", 0xC000, 0x100 + k, 1))
+        await tb.recv(f"frame of {size} bytes")
+        await ClockCycles(dut.clk, 80)
+        assert len(outs) == k + 1, f"{len(outs)} CNM frames after {k + 1} frames"
+        took[size] = outs[k] - ins[k]
+    dut._log.warning(f"CNM frame latency (first beat in to CNM beat out): {took}")
+    if NOTIFY_LATENCY is not None:
+        assert took == {64: NOTIFY_LATENCY - 1, 128: NOTIFY_LATENCY, 1024: NOTIFY_LATENCY}, took
+
+
 @cocotb.test()
 async def replay(dut):
-    """``lbpipe replay flb-rx-wire IN.pcap --engine rtl`` (the item outputs always taken)."""
+    """``lbpipe replay flb-rx-wire IN.pcap --engine rtl`` (the item outputs always taken): the frames on ``m_axis``
+    and the CNM frames on ``m_cnm``, merged in the golden model's order (each frame, then the CNM frames its
+    enqueue made)."""
+    from lbpipe.fast import merge_streams
+    from lbpipe.trace import read_events, read_pcap, write_pcap
     tb = TB(dut, stalls=False, seed=1, out_backpressure=0.0)
     await tb.settle()
     await tb.replay()
+    host = read_pcap(os.environ["LBPIPE_PCAP_OUT"])
+    await ClockCycles(dut.clk, 100)
+    model = FlbRxWireModel(**tb.params)
+    for event in read_events(os.environ["LBPIPE_CTL"], allow_empty=True):
+        model.control(dict({"index": 0, "data": 0}, **event["ctl"]))
+    plan = [port for frame in read_pcap(os.environ["LBPIPE_PCAP_IN"]) for port, _ in model.process_ports(frame)]
+    write_pcap(os.environ["LBPIPE_PCAP_OUT"], merge_streams({"m_axis": host, "m_cnm": tb.cnm_frames()}, plan))
 
 
 @cocotb.test()
