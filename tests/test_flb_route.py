@@ -569,6 +569,44 @@ def upd_hand_worked():
     return ev, want
 
 
+PF = dict(P, force=True)
+
+
+def force_hand_worked(n_paths=4):
+    """Forced paths (``force=True``), worked by hand: destination 0's delays 10, 20, 30, 40 (paths 4 and up, when
+    there are more, 63: slower than all). Flow 1 forced onto 3 as
+    a new flow: 3, new. Unforced at the same tick: it is on 3 (recorded), gap 0, no move: 3. At gap 20: the window
+    0 < 40 - d(q) <= 19 holds path 2 only: 2, rerouted. Forced onto 0: 0, rerouted. Unforced, gap 0: stays on 0.
+    Flow 2, new, unforced: the fastest, 0. Flow 1 forced onto 0, where it is: 0, not rerouted. Flow 3 forced (a
+    new flow) onto 2 with destination 3 out of range: (0, not new, not rerouted, not ok)."""
+    def pkt(flow, dest, now, force=0, fpath=0):
+        return {"item": {"kind": 1, "flow": flow, "dest": dest, "now": now, "tag": 0, "force": force,
+                         "fpath": fpath}}
+    ev = [_delay(0, p, d) for p, d in enumerate((10, 20, 30, 40) + (63,) * (n_paths - 4))]
+    ev += [pkt(1, 0, 10, 1, 3), pkt(1, 0, 10), pkt(1, 0, 30), pkt(1, 0, 30, 1, 0), pkt(1, 0, 30), pkt(2, 0, 30),
+           pkt(1, 0, 30, 1, 0), pkt(3, 3, 30, 1, 2)]
+    want = [(3, 1, 0, 1), (3, 0, 0, 1), (2, 0, 1, 1), (0, 0, 1, 1), (0, 0, 0, 1), (0, 1, 0, 1), (0, 0, 0, 1),
+            (0, 0, 0, 0)]
+    return ev, want
+
+
+@pytest.mark.parametrize("n_paths", [4, 12])
+def test_force_hand_worked_on_the_golden_model(n_paths):
+    ev, want = force_hand_worked(n_paths)
+    assert _fields(run_golden("flb-route", dict(PF, n_paths=n_paths), ev)) == want
+
+
+@pytest.mark.parametrize("n_paths, idle, backpressure", [(4, 0.0, 0.0), (4, 0.3, 0.5), (12, 0.0, 0.0)])
+def test_rtl_force_hand_worked(n_paths, idle, backpressure):
+    """The forced paths through the RTL (``compare=False``: the hand-worked values), back to back and with pauses
+    (a forced packet and the next of its flow one clock apart go through S6's forwarding); 12 paths: the choice
+    over S5 and S5b."""
+    ev, want = force_hand_worked(n_paths)
+    out = run_rtl("flb-route", dict(PF, n_paths=n_paths), ev, idle=idle, backpressure=backpressure, seed=5,
+                  compare=False)
+    assert _fields(out) == want
+
+
 def test_upd_hand_worked_on_the_rederivation_and_the_golden_model():
     ev, want = upd_hand_worked()
     assert algorithm1(ev, **PU) == want

@@ -35,9 +35,35 @@ def _send(model, flow, n):
     return model.process(bytes(roce_data(*flow, n, opcode=RC_SEND_ONLY, payload_len=40)))
 
 
+#: Destination 1's delays where the isolation path (3, the highest) is the slowest.
+SLOW_ISOLATION = {0: 50, 1: 5, 2: 30, 3: 60}
+
+
+def test_golden_release_from_a_slow_isolation_path():
+    """Destination 1's delays 50, 5, 30, 60 (the clock stopped at 100): F new, path 1 (5). CNM: F isolated, on 3
+    (60). Released, next packet at the same tick: flb-route recorded 3 with the isolated packet; gap 0, so no path
+    can be taken that is faster than 3: F stays on 3. The clock at 200: gap 100, the window 0 < 60 - d(q) <= 99
+    holds paths 0, 1, 2: the fastest, 1. (Had flb-route kept its own choice beside the isolated packet, path 1, F
+    would be back on 1 at once, 55 ticks ahead of its isolated packet.)"""
+    model = FlbTxWireModel(**SMALL)
+    for cmd in stop_clock(100) + [delay_cmd(1, p, d) for p, d in SLOW_ISOLATION.items()]:
+        model.control(cmd)
+    f = flow_index(F, SMALL["n_flows"])
+    lows = [_port(_send(model, F, 1)) & 3]
+    model.control(cnm_cmd(f, 1, 0, 1, 1))
+    lows.append(_port(_send(model, F, 2)) & 3)
+    model.control(cnm_cmd(f, 1, 0, 1, 0))
+    lows.append(_port(_send(model, F, 3)) & 3)
+    for cmd in stop_clock(200):
+        model.control(cmd)
+    lows.append(_port(_send(model, F, 4)) & 3)
+    assert lows == [1, 3, 3, 1]
+
+
 def test_golden_hand_worked():
     """tb/flb/test_wire.py's hand-worked sequence (destination 1's delays 50, 20, 30, 5): G new on path 3; F
-    isolated on path 3; H new on path 1 (3 isolated); G off the isolated path to 1; F released stays on 1; ICRCs
+    isolated on path 3; H new on path 1 (3 isolated); G off the isolated path to 1; F released stays on 3 (its
+    isolation path, which flb-route recorded; none faster); ICRCs
     right (test-side CRC); 3 set updates; flb-isolate 1 isolated packet, 1 congestion, 1 release."""
     model = _programmed()
     nf = SMALL["n_flows"]
@@ -47,7 +73,7 @@ def test_golden_hand_worked():
     model.control(cnm_cmd(flow_index(F, nf), 1, 0, 1, 0))
     outs.append(_send(model, F, 7))
     lows += [_port(o) & 3 for o in outs]
-    assert lows == [3, 3, 1, 1, 1]
+    assert lows == [3, 3, 1, 1, 3]
     assert all(o[-4:] == icrc(o) for o in outs)
     stats = model.stats()
     assert stats[0:3] == [1, 1, 1] and stats[13] == 3
@@ -118,12 +144,14 @@ def test_rtl():
     """Mixed traffic with stalls, samples over a moving clock, line rate, CNMs, delays and measurements on their
     ports, reset mid-traffic, a 3,000-clock output stall, commands beside frames; hand-worked: the marks, the reset
     that forgets the samples, measurements racing frames, the decisions, the reset that sweeps the filter, a delay
-    and a set in one clock, the clock's gaps and timeouts, a CNM with the clock running."""
+    and a set in one clock, the clock's gaps and timeouts, a CNM with the clock running, a release from a slow
+    isolation path."""
     _run(SMALL, ["frames_with_stalls", "samples_over_time", "marks_by_hand", "samples_with_a_running_clock",
                  "reset_forgets_samples",
                  "measurements_race_frames", "line_rate", "ports_cnm_and_dly", "reset_mid_traffic", "long_stall",
                  "commands_beside_frames", "route_by_hand", "reset_sweeps_the_sets", "delay_waits_for_the_set",
-                 "clock_by_hand", "cnm_with_a_running_clock"], "flb_tx_wire_top")
+                 "clock_by_hand", "cnm_with_a_running_clock", "release_from_a_slow_isolation_path"],
+         "flb_tx_wire_top")
 
 
 def test_rtl_marks_wide():

@@ -90,10 +90,14 @@ def check_parameters(*, n_flows, n_dests, n_paths, time_bits, delay_bits, timeou
                          f"{time_bits}), not {margin}")
 
 
-def RouteItem(*, n_flows=65536, n_dests=16, time_bits=16):
-    """One packet at the source edge switch: its flow index, destination edge switch and the timer's ``now``."""
-    return data.StructLayout({"kind": PacketKind, "flow": _bits(n_flows), "dest": _bits(n_dests),
-                              "now": time_bits, "tag": TAG_BITS})
+def RouteItem(*, n_flows=65536, n_dests=16, time_bits=16, n_paths=8, force=False):
+    """One packet at the source edge switch: its flow index, destination edge switch and the timer's ``now``; with
+    ``force`` (a build option), ``force`` 1 makes ``fpath`` the packet's path (isolation decided it upstream), which
+    the flow table records as the flow's path."""
+    fields = {"kind": PacketKind, "flow": _bits(n_flows), "dest": _bits(n_dests), "now": time_bits, "tag": TAG_BITS}
+    if force:
+        fields.update(force=1, fpath=_bits(n_paths))
+    return data.StructLayout(fields)
 
 
 def RouteResult(*, n_flows=65536, n_dests=16, n_paths=8, time_bits=16):
@@ -237,6 +241,13 @@ class Route(wiring.Component):
         margin``. 0 (default): the paper's ``< gap``, which the tick rounding lets overtake by less than a tick; 1:
         never overtakes when the delays are exact to the tick (rounded up); more: room for that many ticks of delay
         error less one.
+    upd : bool
+        With the ``upd`` stream (below).
+    force : bool
+        With the item fields ``force`` and ``fpath``: a packet with ``force`` 1 takes ``fpath`` (a path decided
+        upstream, ``flb-tx-wire``'s isolation path) whatever Algorithm 1 would choose, and the flow table records
+        it, so that the flow's next decision starts from the path its packets took (``new`` and ``rerouted`` as for
+        any choice).
 
     Members
     -------
@@ -258,10 +269,11 @@ class Route(wiring.Component):
     latency = 7
 
     def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
-                 margin=MARGIN, upd=False):
-        if not isinstance(upd, bool):
-            raise TypeError(f"upd must be a bool, not {upd!r}")
-        self._upd = upd
+                 margin=MARGIN, upd=False, force=False):
+        for name, value in (("upd", upd), ("force", force)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
+        self._upd, self._force = upd, force
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                          delay_bits=delay_bits, timeout=timeout, margin=margin)
         self._nf, self._nd, self._n = n_flows, n_dests, n_paths
@@ -271,7 +283,7 @@ class Route(wiring.Component):
             self.latency = Route.latency + 1
         self._tb, self._db, self._timeout, self._margin = time_bits, delay_bits, timeout, margin
         self._fb, self._pb = _bits(n_flows), _bits(n_paths)
-        self._item = RouteItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits)
+        self._item = RouteItem(n_flows=n_flows, n_dests=n_dests, time_bits=time_bits, n_paths=n_paths, force=force)
         self._stamp = data.StructLayout({"valid": 1, "stamp": time_bits})
         super().__init__({
             "i": In(stream.Signature(self._item)),
@@ -569,6 +581,11 @@ class Route(wiring.Component):
         fsel = Signal(2, name="s6_fwd")
         pmem = Signal(pb, name="s6_path_mem")
         picks = [Mux(founds[p], decs[p], Mux(elig5[p], p, newp)) for p in range(n)]
+        if self._force:
+            # a forced packet's path whatever the flow's current path (and for a new flow): recorded at S6
+            f = here.item
+            picks = [Mux(f.force, f.fpath, v) for v in picks]
+            newp = Mux(f.force, f.fpath, newp)
         moved = None
         if self._split:
             # S6's decision and rerouted bit for current path p, and (s6_newp) for a current path >= n_paths, as

@@ -167,7 +167,7 @@ class FlbTxWire(wiring.Component):
         self._isolate = Isolate(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots,
                                 time_bits=time_bits, timeout=release, n_ports=n_ports)
         self._route = Route(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
-                            delay_bits=delay_bits, timeout=timeout, margin=margin, upd=True)
+                            delay_bits=delay_bits, timeout=timeout, margin=margin, upd=True, force=True)
         self._deparser = Deparser(depth=depth, cut_through=True)
         axis = AXI4StreamSignature(data_width=512, user_width=1)
         super().__init__({
@@ -349,7 +349,7 @@ class FlbTxWire(wiring.Component):
                          ur.path.eq(dly.payload.path), ur.delay.eq(dly.payload.delay)]
         pkt = Signal(route.i.payload.shape(), name="u1_packet")
         m.d.comb += [pkt.kind.eq(PacketKind.DATA), pkt.flow.eq(u1.flow), pkt.dest.eq(u1.dest), pkt.now.eq(u1.now),
-                     pkt.tag.eq(Cat(u1.isolated, u1.path))]
+                     pkt.tag.eq(Cat(u1.isolated, u1.path)), pkt.force.eq(u1.isolated), pkt.fpath.eq(u1.path)]
         return self._offer(m, route, o_free, xfer, (v1, pkt), (ur_v, ur_set, ur))
 
     def _offer(self, m, route, o_free, xfer, packet, update):
@@ -475,11 +475,13 @@ class FlbTxWire(wiring.Component):
         known, hit = Signal(name="m1_known"), Signal(name="m1_hit")
         sampled, s2 = Signal(name="m1_sampled"), Signal(name="m2_sampled")        # s2: M2's frame was sampled
         use_fwd = Signal(name="m1_use_fwd")
-        diff = Signal(tb, name="m1_diff")
         period = self._sample_period
+        # both differences compared with the period, then the comparison picked (not the difference): the pick
+        # after the carry chains, not before them
         m.d.comb += [
-            use_fwd.eq(hit & s2), diff.eq(Mux(use_fwd, diff_fwd, diff_mem)),
-            sampled.eq(m1.valid & m1.routed & (period != 0) & (~(known | use_fwd) | (diff >= period))),
+            use_fwd.eq(hit & s2),
+            sampled.eq(m1.valid & m1.routed & (period != 0)
+                       & Mux(use_fwd, diff_fwd >= period, ~known | (diff_mem >= period))),
             wr.addr.eq(Mux(busy, sweep, Cat(m1.path, m1.dest))), wr.data.known.eq(~busy),
             # the tick is written while M1 holds a sampled frame, not only as it leaves: a stalled frame writes the
             # same tick again, and a frame in M0 that reads it then gets the value forwarding would give it

@@ -47,6 +47,8 @@ BLOCKS.append(Block(
                            "delay(p') <= gap - 1 - margin (0: the paper's rule, may overtake by < 1 tick; 1: no "
                            "reordering from tick rounding, for RoCE)"),
         Param("upd", False, "the upd stream: one delay or isolation-mask write per clock beside the packets"),
+        Param("force", False, "the item fields force and fpath: a path decided upstream (flb-tx-wire's isolation "
+                              "path), taken and recorded as the flow's"),
     ],
     build=load("lbpipe.hdl.flb.route:Route"),
     golden=load("lbpipe.sim.flb.route:Route"),

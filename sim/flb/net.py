@@ -27,8 +27,9 @@ serialization time on any link; every link carries at most one packet per tick):
 The path choice (``mode``):
 
 * ``"flb"``: the golden models in the loop: :class:`~lbpipe.sim.flb.isolate.Isolate` first, then
-  :class:`~lbpipe.sim.flb.route.Route` (``upd=True``); an isolated packet takes the isolation path, any other the
-  route's path (the composition of docs/flb_isolate.md; the route still records its own choice). The isolate's
+  :class:`~lbpipe.sim.flb.route.Route` (``upd=True``, ``force=True``); an isolated packet takes the isolation path,
+  which the route records as the flow's, any other the route's path (the composition of docs/flb_isolate.md and
+  ``flb-tx-wire``). The isolate's
   ``mask`` goes to the route's ``upd`` stream whenever it changes. At S2, :class:`~lbpipe.sim.flb.owd.Owd` measures
   every stamped packet and each arriving packet's reverse packet toward S1 carries the newest measurement back
   (``rev_delay`` ticks) into the route's delay table; :class:`~lbpipe.sim.flb.cnm.Cnm` sees every enqueue and
@@ -114,7 +115,7 @@ class FlbNet:
         self.mod = 1 << tb
         nf = len(cfg.flows)
         self.route = Route(n_flows=max(2, nf), n_dests=2, n_paths=n, time_bits=tb, delay_bits=tb,
-                           timeout=cfg.timeout, upd=True)
+                           timeout=cfg.timeout, upd=True, force=True)
         self.isolate = Isolate(n_flows=max(2, nf + cfg.n_local), n_dests=2, n_paths=n, n_slots=8, time_bits=tb,
                                timeout=cfg.timeout, n_ports=max(2, cfg.n_ports))
         self.owd = Owd(n_edges=2, n_paths=n, time_bits=tb, delay_bits=tb)
@@ -270,8 +271,10 @@ class FlbNet:
             if iso["mask"] != self.mask:
                 self.mask = iso["mask"]
                 self.route.process_stream("upd", {"isolate": 1, "dest": DST_EDGE, "mask": self.mask})
-        r = self.route.process({"kind": 1, "flow": flow, "dest": DST_EDGE, "now": now})
-        if iso is not None and iso["isolated"]:
+        forced = iso is not None and iso["isolated"]
+        r = self.route.process({"kind": 1, "flow": flow, "dest": DST_EDGE, "now": now, "force": int(forced),
+                                "fpath": iso["path"] if forced else 0})
+        if forced:
             return iso["path"], 1
         return r["path"], 0
 

@@ -40,8 +40,8 @@ class Route:
     """The path decision's state and rules; parameters are those of the RTL block."""
 
     def __init__(self, *, n_flows=65536, n_dests=16, n_paths=8, time_bits=16, delay_bits=16, timeout=4096,
-                 margin=MARGIN, upd=False):
-        self.upd = upd
+                 margin=MARGIN, upd=False, force=False):
+        self.upd, self.force = upd, force
         check_parameters(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                          delay_bits=delay_bits, timeout=timeout, margin=margin)
         self.margin = margin
@@ -124,6 +124,11 @@ class Route:
                 window = [q for q in elig if 0 < d[cur] - d[q] <= most]
                 path = self._fastest(dest, window) if window else cur
             out["rerouted"] = int(path != cur)
+        if self.force and item.get("force", 0):
+            # a path decided upstream (the isolation path), recorded as the flow's path
+            path = item.get("fpath", 0)
+            if existing:
+                out["rerouted"] = int(path != cur)
         self.flows[flow] = (now, path)
         out.update(path=path, ok=1)
         return out

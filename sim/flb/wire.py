@@ -36,7 +36,7 @@ class FlbTxWireModel:
                  timeout=4096, release=4096, margin=0, dest_shift=8, tick_cycles=64, depth=256, sample_ticks=64):
         self.isolate = Isolate(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, n_slots=n_slots,
                                time_bits=time_bits, timeout=release, n_ports=n_ports)
-        self.route = Route(n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
+        self.route = Route(force=True, n_flows=n_flows, n_dests=n_dests, n_paths=n_paths, time_bits=time_bits,
                            delay_bits=delay_bits, timeout=timeout, margin=margin, upd=True)
         self.nf, self.nd, self.n, self.tb = n_flows, n_dests, n_paths, time_bits
         self.db, self.pb, self.shift = _bits(n_dests), _bits(n_paths), dest_shift
@@ -121,7 +121,8 @@ class FlbTxWireModel:
                 self.route.process_stream("upd", {"isolate": 1, "dest": dest, "mask": iso["mask"]})
                 self.sets[dest] = iso["mask"]
                 self.counters["updates"] += 1
-            res = self.route.process({"kind": meta["kind"], "flow": flow, "dest": dest, "now": t, "tag": 0})
+            res = self.route.process({"kind": meta["kind"], "flow": flow, "dest": dest, "now": t, "tag": 0,
+                                      "force": iso["isolated"], "fpath": iso["path"]})
             if res["ok"]:
                 path = iso["path"] if iso["isolated"] else res["path"]
                 xor = sport_low ^ path

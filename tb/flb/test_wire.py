@@ -437,8 +437,9 @@ async def long_stall(dut):
 #     -1 and only a slower path cannot overtake: all of 0, 1, 2 are slower than 5 ticks; the fastest, path 1.
 #                                                                              port low bits 1
 #  6. CNM: F released (non-congestion): nothing isolated.
-#  7. F's packet: flb-route's own record of F is path 1 (its choice for F's isolated packet 3, off the isolated
-#     path 3 as for G); not isolated now; window 0 < d(1) - d(q) <= -1: none, F stays on path 1.  port low bits 1
+#  7. F's packet: flb-route recorded F's path as 3 (its isolated packet 3 took the isolation path, which the wire
+#     forces on flb-route); not isolated now; window 0 < d(3) - d(q) <= -1: none, F stays on path 3.
+#                                                                              port low bits 3
 #  8. A frame to destination 3 (out of range): unchanged, "no route".
 #  9. A data frame with a non-zero UDP checksum: not FLB, unchanged.
 # Set updates: packet 1 sends destination 1's set (first since reset, 0), packet 3 sends {3}, packet 7 sends {}:
@@ -496,7 +497,7 @@ async def route_by_hand(dut):
     await one(h, 4, 1, "4: H new")
     await one(g, 5, 1, "5: G off the isolated path")
     await tb.control(cnm_cmd(flow_index(f, nf), 1, 0, 1, 0))
-    await one(f, 7, 1, "7: F released, stays")
+    await one(f, 7, 3, "7: F released, stays on its isolation path")
     await one(("10.0.0.1", "10.0.3.7", 0x1233, 0x444), 8, None, "8: destination 3")
     csum = bytes(roce_data(*g, 9, payload_len=8, udp_chksum=0x1234))
     tb.send(csum)
@@ -507,6 +508,38 @@ async def route_by_hand(dut):
         errors.append(f"counters {c}: by hand flb-isolate 1 isolated packet, 1 congestion, 1 release; 1 not FLB, "
                       "1 with no route, 3 set updates")
     assert not errors, "\n".join(errors[:10])
+
+
+@cocotb.test()
+async def release_from_a_slow_isolation_path(dut):
+    """Hand-worked (4 paths, the clock stopped at 100; destination 1's delays 50, 5, 30, 60: the isolation path 3 is
+    the slowest): F new on path 1; a congestion CNM for F (n 1): its packet on 3; a release CNM: its next packet,
+    gap 0, stays on 3 (flb-route recorded the isolation path; any faster path could overtake the isolated packet);
+    the clock moved to 200: gap 100, the window 0 < 60 - d(q) <= 99 holds 0, 1, 2: the fastest, 1."""
+    params = _params()
+    assert all(params[k] == v for k, v in HAND.items()), f"this test needs {HAND}"
+    nf = params["n_flows"]
+    tb = TB(dut, stalls=False, seed=10)
+    await tb.settle()
+    for cmd in stop_clock(100) + [SAMPLING_OFF] + [delay_cmd(1, p, d) for p, d in {0: 50, 1: 5, 2: 30, 3: 60}.items()]:
+        await tb.control(cmd)
+    await ClockCycles(dut.clk, 8)
+    f = _hand_flows(nf)[0]
+    lows = []
+
+    async def one(n):
+        tb.send(bytes(roce_data(*f, n, opcode=RC_SEND_ONLY, payload_len=40)))
+        lows.append(_port(bytes((await tb.recv(f"F's packet {n}")).tdata)) & 3)
+    await one(1)
+    await tb.control(cnm_cmd(flow_index(f, nf), 1, 0, 1, 1))
+    await one(2)
+    await tb.control(cnm_cmd(flow_index(f, nf), 1, 0, 1, 0))
+    await one(3)
+    for cmd in stop_clock(200):
+        await tb.control(cmd)
+    await ClockCycles(dut.clk, 8)
+    await one(4)
+    assert lows == [1, 3, 3, 1], f"paths {lows}, by hand [1, 3, 3, 1]"
 
 
 @cocotb.test()
