@@ -295,6 +295,8 @@ MORE_PORTS = {
     "laps-rx-wire": dict(n_entries=64, k=8),
     "pro-rx-wire": dict(n_qps=13, bitmap_len=16, buckets=64, ways=2, ipv6=True),
     "laps-tx-wire": dict(n_dests=16, k=4, ways=2, buckets=16, n_entries=64),
+    # K low, 8 slots: the trace's flows join their ports' sets, each join owing the others a refresh (CNM frames)
+    "flb-rx-wire": dict(n_flows=1024, threshold=16, n_slots=8),
 }
 
 
