@@ -139,16 +139,9 @@ def _Clear():
     return data.StructLayout({"apply": 1, "l4_off": 8})
 
 
-
-class _Held:
-    """A stream seen as a block's ``o`` (H0 reads flb-cnm's results through a register slice)."""
-
-    def __init__(self, o):
-        self.o = o
-
-
 class FlbRxWire(wiring.Component):
-    """CNM tap, parser, flb-owd and the clear stage in one component.
+    """CNM tap, parser, flb-owd and the clear stage, and the notification (flb-cnm, flb-prevhop, the CNM frames), in
+    one component.
 
     Parameters
     ----------
@@ -446,8 +439,7 @@ class FlbRxWire(wiring.Component):
         flb-prevhop; a result needing neither is dropped. Through a register slice."""
         res = stream.Signature(notify.o.payload.shape()).create()
         register_slice(m, "c0", notify.o.valid, notify.o.payload, notify.o.ready, res)
-        notify = _Held(res)
-        r, macs = notify.o.payload, self._macs
+        r, macs = res.payload, self._macs
         m.submodules.fields = fields = StreamFIFO(shape=self._fields_layout(), depth=self.BESIDE_DEPTH)
         self._fields = fields
         item = Signal(hops.i.payload.shape(), name="h0_item")
@@ -460,12 +452,12 @@ class FlbRxWire(wiring.Component):
             record.eq(~r.deq & ~done), lookup.eq(r.cnm),
             item.cnm.eq(~record), item.flow.eq(Mux(record, r.flow, r.cnm_flow)), item.mac.eq(macs.o.payload),
             item.now.eq(now),
-            valid.eq(notify.o.valid & Mux(record, macs.o.valid, lookup & fields.i.ready)),
+            valid.eq(res.valid & Mux(record, macs.o.valid, lookup & fields.i.ready)),
             take.eq(valid & ready),
             macs.o.ready.eq(take & record),
             f.cong.eq(r.cnm_cong), f.to.eq(r.cnm_src), f.cp.eq(r.cnm_cp), f.n.eq(r.cnm_n),
             fields.i.valid.eq(take & ~record),
-            notify.o.ready.eq((~record & ~lookup) | (take & ~(record & lookup))),
+            res.ready.eq((~record & ~lookup) | (take & ~(record & lookup))),
         ]
         with m.If(take & record & lookup):
             m.d.sync += done.eq(1)
