@@ -599,7 +599,9 @@ def flb_edge_params(params):
     if params.get("upd"):
         raise ValueError("flb_edge.p4 models flb-route without its upd stream (upd=false): delays and isolated sets "
                          "come as control commands")
-    params = {k: v for k, v in params.items() if k != "upd"}
+    if params.get("force"):
+        raise ValueError("flb_edge.p4 models flb-route without forced paths (force=false): it decides every packet")
+    params = {k: v for k, v in params.items() if k not in ("upd", "force")}
     unknown = set(params) - set(full)
     if unknown:
         raise ValueError(f"flb-route has no parameter {sorted(unknown)[0]!r}")

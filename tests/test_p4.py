@@ -478,6 +478,10 @@ def test_flb_commands_from_ctl():
         p4.flb_edge_commands([], dict(params, upd=True), [])
     assert p4.flb_edge_commands([], dict(params, upd=False), [])[0] == \
         "table_set_default flb_config set_config 4 3 50 0"
+    with pytest.raises(ValueError, match="without forced paths"):     # nor flb-tx-wire's forced paths
+        p4.flb_edge_commands([], dict(params, force=True), [])
+    assert p4.flb_edge_commands([], dict(params, force=False), [])[0] == \
+        "table_set_default flb_config set_config 4 3 50 0"
     # flb-route's margin is set_config's last argument: 0 to 2^16 - 1 at 16-bit ticks (docs/flb_route.md)
     for margin in (1, 2, 65535):
         line = p4.flb_edge_commands([], dict(params, margin=margin), [])[0]
