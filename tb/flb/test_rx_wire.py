@@ -473,7 +473,10 @@ async def reset_forgets_notify(dut):
     tb.clear_outputs()
     await tb.program(model, stop_clock(at) + [{"table": THRESHOLD, "index": 0, "data": k}])
     group = one[:6] + b"\x03" + one[7:]                           # source MAC with the group bit
-    errors += await _run(tb, model, [group] * k)
+    # K - 1 cells first: no CNM yet (a stale estimate would have crossed K on the first, counted by STATUS_8)
+    errors += await _run(tb, model, [group] * (k - 1))
+    assert model.stats()[8] == 0, f"model: {model.stats()}"
+    errors += await _run(tb, model, [group])
     s = model.stats()
     assert s[8] == 1 and s[14] == 1 and s[16] == k and not model.cnm_frames, f"model: {s}"
     assert not errors, "\n".join(errors[:10])
